@@ -1,0 +1,210 @@
+"""Settings, all read from the environment.
+
+`var/run.env` (written by `make run` for the embedded servers) fills in variables that the real
+environment does not set, so `manage.py` commands work in a second shell.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from config.env import (
+    env_bool,
+    env_duration,
+    env_int,
+    env_keyring,
+    env_list,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _load_env_file(path: Path) -> None:
+    if not path.is_file():
+        return
+    for line in path.read_text().splitlines():
+        name, sep, value = line.partition("=")
+        if sep and not line.lstrip().startswith("#"):
+            os.environ.setdefault(name.strip(), value.strip())
+
+
+_load_env_file(Path(os.environ.get("LEDGER_ENV_FILE", BASE_DIR / "var" / "run.env")))
+
+SECRET_KEY = env_str("SECRET_KEY")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "pgtrigger",
+    "django_rq",
+    "django_q",
+    "django_htmx",
+    "template_partials",
+    "django_filters",
+    "axes",
+    "csp",
+    "ledger",
+    "reconcilers",
+    "reviews",
+]
+
+MIDDLEWARE = [
+    "ledger.middleware.ApiBoundaryMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 600, minimum=0),
+        conn_health_checks=True,
+    )
+}
+if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://...).")
+DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES["default"]["OPTIONS"].setdefault(
+    "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5, minimum=1)
+)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL")
+REDIS_SOCKET_TIMEOUT = env_int("REDIS_SOCKET_TIMEOUT", 2, minimum=1)
+RQ_QUEUES = {
+    "default": {
+        "URL": REDIS_URL,
+        "DEFAULT_TIMEOUT": 300,
+        "REDIS_CLIENT_KWARGS": {
+            "socket_timeout": REDIS_SOCKET_TIMEOUT,
+            "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
+        },
+    },
+}
+
+# django-q2 runs the schedules only; the ORM broker keeps them in PostgreSQL.
+Q_CLUSTER = {
+    "name": "effect-ledger",
+    "orm": "default",
+    "workers": env_int("Q_WORKERS", 1, minimum=1),
+    "timeout": 60,
+    "retry": 120,
+    "catch_up": False,
+    "save_limit": 250,
+    "poll": 2,
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = 1  # hours
+AXES_RESET_ON_SUCCESS = True
+LOGIN_URL = "/admin/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
+# The API docs page loads Swagger UI from the package's own static files.
+CONTENT_SECURITY_POLICY_EXCLUDE_URL_PREFIXES = ("/api/v1/docs",)
+
+# --- The ledger -------------------------------------------------------------------------------
+
+# Keyed HMACs for idempotency keys, request hashes and redaction tokens. Versioned, so a key can
+# be rotated: new hashes use the highest version, stored hashes name the version they used.
+LEDGER_KEYS = env_keyring("LEDGER_KEYS")
+LEDGER_MAX_BODY_BYTES = env_int("LEDGER_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+LEDGER_DEFAULT_LEASE_SECONDS = env_int("LEDGER_DEFAULT_LEASE_SECONDS", 60, minimum=1)
+LEDGER_DEFAULT_MAX_ATTEMPTS = env_int("LEDGER_DEFAULT_MAX_ATTEMPTS", 3, minimum=1)
+LEDGER_ESCALATE_AFTER = env_duration("LEDGER_ESCALATE_AFTER", "24h")
+LEDGER_BACKOFFICE_WINDOW = env_duration("LEDGER_BACKOFFICE_WINDOW", "7d")
+LEDGER_RETENTION = env_duration("LEDGER_RETENTION", "30d")
+LEDGER_RECOVERY_LIMIT = env_int("LEDGER_RECOVERY_LIMIT", 1000, minimum=1)
+# Webhook signing secrets per provider: "sandbox-pay:secret,other:secret".
+LEDGER_WEBHOOK_SECRETS = dict(
+    item.split(":", 1) for item in env_list("LEDGER_WEBHOOK_SECRETS", []) if ":" in item
+)
+LEDGER_WEBHOOK_TOLERANCE = env_int("LEDGER_WEBHOOK_TOLERANCE", 300, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        "axes": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,466 @@
+"""The agent REST API (API.md). Thin views: authenticate, validate, call one ledger function."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
+from ninja.renderers import BaseRenderer
+from ninja.responses import Status as Reply
+from ninja.security import HttpBearer
+from pydantic import Field
+
+from ledger import jsonenc, webhooks
+from ledger.agentkeys import agent_for_key
+from ledger.compensation import compensate
+from ledger.errors import LedgerError, NotFound, ValidationFailed
+from ledger.inputs import check_json
+from ledger.intents import Intent, record_intent
+from ledger.models import Agent, Effect
+from ledger.outcomes import record_outcome
+from ledger.recovery import recover
+from ledger.schemas import (
+    CancelIn,
+    ClaimedEffectOut,
+    ClaimIn,
+    CompensateIn,
+    EffectOut,
+    EffectPage,
+    ErrorOut,
+    HealthOut,
+    HeartbeatIn,
+    IntentIn,
+    OutcomeIn,
+    RecoveryIn,
+    RecoveryOut,
+    WebhookIn,
+)
+from ledger.serialize import effect_dict, effect_dicts, upstreams_of
+from ledger.states import Status
+from ledger.tools import policy_for
+from ledger.transitions import claim, heartbeat, transition
+
+log = logging.getLogger(__name__)
+
+
+class ExactParser(Parser):
+    """Bodies keep exact decimals; malformed JSON and unstorable strings are refused up front."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        data = jsonenc.loads(request.body)
+        check_json(data)
+        return data
+
+
+class ExactRenderer(BaseRenderer):
+    media_type = "application/json"
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> str:
+        return jsonenc.dumps(data)
+
+
+class AgentKey(HttpBearer):
+    openapi_description = "An agent key: `Authorization: Bearer elk_…`"
+
+    def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
+        agent = agent_for_key(token)
+        if agent is not None:
+            request.agent = agent  # type: ignore[attr-defined]
+        return agent
+
+
+api = NinjaAPI(
+    title="Effect Ledger agent API",
+    version="1",
+    description="Record intent before dispatch; claim, report, recover. See API.md.",
+    urls_namespace="api-v1",
+    auth=AgentKey(),
+    parser=ExactParser(),
+    renderer=ExactRenderer(),
+)
+
+ERRORS: dict[int, type[Schema]] = {
+    400: ErrorOut,
+    401: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+    422: ErrorOut,
+    503: ErrorOut,
+}
+
+
+def error_response(
+    request: HttpRequest, status: int, code: str, detail: str, **extra: Any
+) -> HttpResponse:
+    return api.create_response(request, {"error": code, "detail": detail, **extra}, status=status)
+
+
+@api.exception_handler(LedgerError)
+def _ledger_error(request: HttpRequest, exc: LedgerError) -> HttpResponse:
+    return api.create_response(request, exc.body(), status=exc.status)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(
+        request, 401, "unauthorized", "A valid agent key is required (Authorization: Bearer …)."
+    )
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    cause = exc.__cause__
+    if isinstance(cause, jsonenc.MalformedJSON):
+        return error_response(
+            request, 400, "malformed_json", f"The body is not valid JSON: {cause}"
+        )
+    if isinstance(cause, LedgerError):
+        return _ledger_error(request, cause)
+    code = {400: "malformed_json", 401: "unauthorized", 403: "forbidden", 404: "not_found"}
+    return error_response(request, exc.status_code, code.get(exc.status_code, "error"), str(exc))
+
+
+def _field_name(loc: list[Any]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] == "body":
+        parts = parts[2:] if len(parts) > 2 else parts[1:]
+    elif parts and parts[0] in ("query", "path", "header"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    fields: dict[str, str] = {}
+    for error in exc.errors:
+        fields.setdefault(_field_name(list(error.get("loc", []))), str(error.get("msg", "invalid")))
+    return error_response(
+        request, 422, "validation_error", "The request is not valid.", fields=fields
+    )
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _unavailable(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    log.warning("database unavailable: %s", exc)
+    return error_response(
+        request, 503, "unavailable", "The database is not reachable; retry shortly."
+    )
+
+
+def _agent(request: HttpRequest) -> Agent:
+    return request.agent  # type: ignore[attr-defined]
+
+
+def _actor(agent: Agent) -> str:
+    return f"agent:{agent.name}"
+
+
+def _own_effect(request: HttpRequest, effect_id: uuid.UUID) -> Effect:
+    """The caller's effect; another agent's effect is 404, so its existence does not leak."""
+    effect = Effect.objects.filter(pk=effect_id, agent=_agent(request)).first()
+    if effect is None:
+        raise NotFound("No such effect.")
+    return effect
+
+
+def _show(request: HttpRequest, effect: Effect, *, claimer: bool = False) -> dict[str, Any]:
+    upstream = upstreams_of([effect.id]).get(str(effect.id), [])
+    return effect_dict(effect, _agent(request).name, upstream, claimer=claimer)
+
+
+def _lease_seconds(value: int | None) -> int:
+    return value or settings.LEDGER_DEFAULT_LEASE_SECONDS
+
+
+@api.post(
+    "/effects",
+    response={201: ClaimedEffectOut, 200: ClaimedEffectOut, **ERRORS},
+    summary="Record intent before dispatch (optionally claiming it)",
+)
+def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
+    agent = _agent(request)
+    policy = policy_for(payload.tool)
+    intent = Intent(
+        run_id=payload.run_id,
+        step_id=payload.step_id,
+        tool=payload.tool,
+        target=payload.target,
+        request=payload.request,
+        effect_key=payload.effect_key,
+        depends_on=payload.depends_on,
+        provenance=payload.provenance.model_dump(exclude_none=True) if payload.provenance else {},
+    )
+    claimed = False
+    # Intent and claim are one transaction: a refused claim records nothing.
+    with transaction.atomic():
+        effect, created = record_intent(agent, intent, policy, actor=_actor(agent))
+        if payload.claim and (created or effect.status in (Status.PLANNED, Status.DISPATCHING)):
+            effect, _ = claim(
+                effect,
+                owner=payload.owner,
+                claim_id=payload.claim_id,
+                lease_seconds=_lease_seconds(payload.lease_seconds),
+                actor=_actor(agent),
+            )
+            claimed = True
+    return Reply(201 if created else 200, _show(request, effect, claimer=claimed))
+
+
+@api.post(
+    "/effects/{effect_id}/claim",
+    response={200: ClaimedEffectOut, **ERRORS},
+    summary="Claim a planned effect: planned → dispatching, with a lease",
+)
+def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -> dict[str, Any]:
+    effect, _ = claim(
+        _own_effect(request, effect_id),
+        owner=payload.owner,
+        claim_id=payload.claim_id,
+        lease_seconds=_lease_seconds(payload.lease_seconds),
+        actor=_actor(_agent(request)),
+    )
+    return _show(request, effect, claimer=True)
+
+
+@api.post(
+    "/effects/{effect_id}/heartbeat",
+    response={200: ClaimedEffectOut, **ERRORS},
+    summary="Extend a live lease",
+)
+def heartbeat_effect(
+    request: HttpRequest, effect_id: uuid.UUID, payload: HeartbeatIn
+) -> dict[str, Any]:
+    effect = heartbeat(
+        _own_effect(request, effect_id),
+        token=payload.lease_token,
+        lease_seconds=_lease_seconds(payload.lease_seconds),
+    )
+    return _show(request, effect, claimer=True)
+
+
+@api.post(
+    "/effects/{effect_id}/outcome",
+    response={200: EffectOut, **ERRORS},
+    summary="Report what the provider did",
+)
+def outcome_effect(
+    request: HttpRequest, effect_id: uuid.UUID, payload: OutcomeIn
+) -> dict[str, Any]:
+    effect = _own_effect(request, effect_id)
+    moved, _ = record_outcome(
+        effect,
+        token=payload.lease_token,
+        status=payload.status,
+        provider_ref=payload.provider_ref,
+        response=payload.response,
+        error=payload.error,
+        actor=_actor(_agent(request)),
+        policy=policy_for(effect.tool),
+    )
+    return _show(request, moved)
+
+
+@api.post(
+    "/effects/{effect_id}/cancel",
+    response={200: EffectOut, **ERRORS},
+    summary="Cancel a planned effect",
+)
+def cancel_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CancelIn) -> dict[str, Any]:
+    effect = _own_effect(request, effect_id)
+    if effect.status == Status.CANCELLED:
+        return _show(request, effect)
+    agent = _agent(request)
+    moved = transition(
+        effect,
+        Status.CANCELLED,
+        actor=_actor(agent),
+        reason=payload.reason or "cancelled by agent",
+        data={"reason": policy_for(effect.tool).redactor.text(payload.reason)},
+    )
+    return _show(request, moved)
+
+
+@api.get("/effects/{effect_id}", response={200: EffectOut, **ERRORS}, summary="One effect")
+def get_effect(request: HttpRequest, effect_id: uuid.UUID) -> dict[str, Any]:
+    return _show(request, _own_effect(request, effect_id))
+
+
+class ListFilters(Schema):
+    run_id: str | None = Field(None, max_length=200)
+    status: Status | None = None
+    tool: str | None = Field(None, max_length=100)
+    owner: str | None = Field(None, max_length=200)
+    limit: int = Field(50, ge=1, le=500)
+    cursor: str | None = Field(None, max_length=500)
+
+
+def _encode_cursor(*parts: Any) -> str:
+    raw = json.dumps([p.isoformat() if isinstance(p, datetime) else str(p) for p in parts])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, size: int) -> list[str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        parts = json.loads(raw)
+    except (binascii.Error, ValueError):
+        parts = None
+    if (
+        not isinstance(parts, list)
+        or len(parts) != size
+        or not all(isinstance(p, str) for p in parts)
+    ):
+        raise ValidationFailed(
+            "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
+        )
+    return parts
+
+
+@api.get("/effects", response={200: EffectPage, **ERRORS}, summary="List the caller's effects")
+def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str, Any]:
+    agent = _agent(request)
+    effects = Effect.objects.filter(agent=agent)
+    if filters.run_id is not None:
+        effects = effects.filter(run_id=filters.run_id)
+    if filters.status is not None:
+        effects = effects.filter(status=filters.status)
+    if filters.tool is not None:
+        effects = effects.filter(tool=filters.tool)
+    if filters.owner is not None:
+        effects = effects.filter(lease_owner=filters.owner)
+    if filters.cursor:
+        created, last_id = _decode_cursor(filters.cursor, 2)
+        try:
+            after = (datetime.fromisoformat(created), uuid.UUID(last_id))
+        except ValueError:
+            raise ValidationFailed(
+                "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
+            ) from None
+        effects = effects.extra(
+            where=["(ledger_effect.created_at, ledger_effect.id) > (%s, %s)"], params=list(after)
+        )
+    page = list(effects.order_by("created_at", "id")[: filters.limit + 1])
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    return {
+        "items": effect_dicts(page, agent.name),
+        "next_cursor": _encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+    }
+
+
+class JournalQuery(Schema):
+    limit: int = Field(100, ge=1, le=500)
+    cursor: str | None = Field(None, max_length=500)
+
+
+@api.get(
+    "/runs/{run_id}/journal",
+    response={200: EffectPage, **ERRORS},
+    summary="A run's effects in seq order, with recorded outcomes, for replay",
+)
+def run_journal(request: HttpRequest, run_id: str, query: Query[JournalQuery]) -> dict[str, Any]:
+    agent = _agent(request)
+    if len(run_id) > 200:
+        raise ValidationFailed("run_id is too long.", {"run_id": "at most 200 characters"})
+    effects = Effect.objects.filter(agent=agent, run_id=run_id)
+    if query.cursor:
+        (after,) = _decode_cursor(query.cursor, 1)
+        if not after.isdigit():
+            raise ValidationFailed(
+                "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
+            )
+        effects = effects.filter(seq__gt=int(after))
+    page = list(effects.order_by("seq")[: query.limit + 1])
+    more = len(page) > query.limit
+    page = page[: query.limit]
+    return {
+        "items": effect_dicts(page, agent.name),
+        "next_cursor": _encode_cursor(page[-1].seq) if more else None,
+    }
+
+
+@api.post(
+    "/effects/{effect_id}/compensate",
+    response={201: EffectOut, 200: EffectOut, **ERRORS},
+    summary="Record a compensation for a confirmed effect",
+)
+def compensate_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CompensateIn) -> Reply:
+    agent = _agent(request)
+    effect, created = compensate(
+        agent,
+        _own_effect(request, effect_id),
+        tool=payload.tool,
+        request=payload.request,
+        reason=payload.reason,
+        compensation_key=payload.compensation_key,
+        actor=_actor(agent),
+    )
+    return Reply(201 if created else 200, _show(request, effect))
+
+
+@api.post("/recovery", response={200: RecoveryOut, **ERRORS}, summary="What to do after a restart")
+def post_recovery(request: HttpRequest, payload: RecoveryIn) -> dict[str, Any]:
+    agent = _agent(request)
+    plan, counts = recover(
+        agent,
+        owner=payload.owner,
+        run_id=payload.run_id,
+        dry_run=payload.dry_run,
+        limit=settings.LEDGER_RECOVERY_LIMIT,
+    )
+    shown = effect_dicts([item.effect for item in plan], agent.name)
+    return {
+        "effects": [
+            {"effect": data, "action": item.decision.action, "reason": item.decision.reason}
+            for item, data in zip(plan, shown, strict=True)
+        ],
+        "counts_by_status": counts,
+    }
+
+
+@api.post(
+    "/webhooks/{provider}",
+    auth=None,
+    response={200: EffectOut, **ERRORS},
+    summary="Signed provider callback, matched by idempotency key",
+)
+def provider_webhook(request: HttpRequest, provider: str, payload: WebhookIn) -> dict[str, Any]:
+    signature = webhooks.verify(
+        provider[:100], request.headers.get("X-Ledger-Signature", ""), request.body
+    )
+    effect = webhooks.deliver(provider[:100], signature, payload.model_dump())
+    return effect_dict(effect, effect.agent.name, upstreams_of([effect.id]).get(str(effect.id), []))
+
+
+@api.get(
+    "/health",
+    auth=None,
+    response={200: HealthOut, 503: HealthOut},
+    summary="Liveness and readiness",
+)
+def health(request: HttpRequest) -> Reply:
+    from ledger.readiness import database_ok, redis_ok
+
+    db, rd = database_ok(), redis_ok()
+    status = 200 if db and rd else 503
+    return Reply(
+        status,
+        {
+            "status": "ok" if status == 200 else "unavailable",
+            "database": "ok" if db else "unreachable",
+            "redis": "ok" if rd else "unreachable",
+        },
+    )

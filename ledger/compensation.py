@@ -1,0 +1,76 @@
+"""Compensations: a new effect that undoes a confirmed one (a refund for a charge)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from ledger.errors import HasActiveDependents, InvalidTransition, ValidationFailed
+from ledger.intents import Intent, find_repeat, record_intent
+from ledger.models import Agent, Effect, EffectDependency
+from ledger.states import Kind, Status
+from ledger.tools import policy_for
+
+# Downstream effects in these statuses may have acted on the parent's result.
+_ACTIVE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.CONFIRMED, Status.UNKNOWN)
+
+
+def active_dependents(effect: Effect) -> list[dict[str, str]]:
+    rows = Effect.objects.filter(
+        id__in=EffectDependency.objects.filter(upstream=effect).values("downstream_id"),
+        status__in=_ACTIVE,
+    ).values_list("id", "status")
+    return [{"id": str(uid), "status": status} for uid, status in rows]
+
+
+def compensate(
+    agent: Agent,
+    parent: Effect,
+    *,
+    tool: str | None,
+    request: dict[str, Any],
+    reason: str,
+    compensation_key: str | None,
+    actor: str,
+    force: bool = False,
+) -> tuple[Effect, bool]:
+    """Record the compensation of `parent`. Returns (effect, created); a repeat with the same
+    `compensation_key` returns the existing one. `force` (operators only) skips the check for
+    downstream effects that may have acted on the parent."""
+    parent_policy = policy_for(parent.tool)
+    tool_name = tool or parent_policy.compensated_by
+    if not tool_name:
+        raise ValidationFailed(
+            "No compensating tool given, and the parent's tool declares none.",
+            {"tool": f"required: tool {parent.tool!r} has no compensated_by"},
+        )
+    intent = Intent(
+        run_id=parent.run_id,
+        step_id=f"{parent.step_id}:comp",
+        tool=tool_name,
+        target=parent.target,
+        request=request,
+        effect_key=f"{parent.effect_key}:comp:{compensation_key or 1}",
+        provenance={"policy": {"compensates": str(parent.id), "reason": reason}},
+        kind=Kind.COMPENSATION,
+        parent_id=parent.id,
+    )
+    repeat = find_repeat(agent, intent)
+    if repeat is not None:
+        return repeat, False
+    with transaction.atomic():
+        # Lock the parent so that it cannot leave `confirmed` while its compensation is recorded.
+        parent = Effect.objects.select_for_update().get(pk=parent.pk)
+        if parent.status != Status.CONFIRMED:
+            raise InvalidTransition(
+                f"Only a confirmed effect can be compensated; this one is {parent.status}.",
+                status=parent.status,
+            )
+        active = active_dependents(parent)
+        if active and not force:
+            raise HasActiveDependents(
+                "Downstream effects may have acted on this one; compensating it needs review.",
+                dependents=active,
+            )
+        return record_intent(agent, intent, policy_for(tool_name), actor=actor)

@@ -1,0 +1,71 @@
+"""Keyed digests: idempotency keys, request hashes, redaction tokens.
+
+All are HMAC-SHA256 under the server's versioned keys (`LEDGER_KEYS`), never plain hashes: a
+plain SHA-256 of a request that holds a card number could be brute-forced.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from typing import Any
+
+from django.conf import settings
+
+from ledger import jsonenc
+
+
+def _ring() -> dict[int, bytes]:
+    return settings.LEDGER_KEYS
+
+
+def current_version() -> int:
+    return max(_ring())
+
+
+def _mac(key: bytes, purpose: str, message: str) -> bytes:
+    return hmac.new(key, f"{purpose}\x00{message}".encode(), hashlib.sha256).digest()
+
+
+def idempotency_key(agent_id: int, effect_key: str) -> str:
+    """The same logical operation always gets the same key, also after a restore from backup
+    and after key rotation (it uses the first key of the ring). It holds no payload data."""
+    key = _ring()[min(_ring())]
+    raw = _mac(key, "idempotency", f"{agent_id}\x00{effect_key}")[:20]
+    return "el_" + base64.b32encode(raw).decode().lower().rstrip("=")
+
+
+def request_hash(tool: str, target: str, request: Any, *, version: int | None = None) -> str:
+    """HMAC of the canonical raw request (before redaction), tagged with the key version."""
+    version = current_version() if version is None else version
+    canonical = jsonenc.dumps({"tool": tool, "target": target, "request": request}, canonical=True)
+    return f"v{version}:" + _mac(_ring()[version], "request", canonical).hex()
+
+
+def same_request(stored_hash: str, tool: str, target: str, request: Any) -> bool:
+    tag, _, _ = stored_hash.partition(":")
+    try:
+        version = int(tag.removeprefix("v"))
+    except ValueError:
+        return False
+    if version not in _ring():
+        return False
+    return hmac.compare_digest(stored_hash, request_hash(tool, target, request, version=version))
+
+
+def value_digest(value: Any) -> str:
+    """Keyed digest of any JSON value (responses, outcome repeats)."""
+    canonical = jsonenc.dumps(value, canonical=True)
+    return _mac(_ring()[current_version()], "value", canonical).hex()
+
+
+def redaction_token(kind: str, value: str) -> str:
+    """Equal values map to equal tokens, so redacted records can still be compared."""
+    mac = _mac(_ring()[current_version()], "redact", value).hex()[:24]
+    return f"[{kind}:{mac}]"
+
+
+def content_digest(value: Any) -> str:
+    """Unkeyed SHA-256 of already-redacted content (event data)."""
+    return hashlib.sha256(jsonenc.dumps(value, canonical=True).encode()).hexdigest()

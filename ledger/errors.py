@@ -1,0 +1,63 @@
+"""Refusals the API turns into its documented JSON errors (see API.md, "Errors")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LedgerError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.code, "detail": self.detail, **self.extra}
+
+
+class NotFound(LedgerError):
+    status, code = 404, "not_found"
+
+
+class ValidationFailed(LedgerError):
+    status, code = 422, "validation_error"
+
+    def __init__(self, detail: str, fields: dict[str, str]) -> None:
+        super().__init__(detail, fields=fields)
+
+
+class Refused(LedgerError):
+    """A 409: the ledger's state does not allow what was asked."""
+
+    status = 409
+
+
+class InvalidTransition(Refused):
+    code = "invalid_transition"
+
+
+class StaleLease(Refused):
+    code = "stale_lease"
+
+
+class Blocked(Refused):
+    code = "blocked"
+
+
+class AttemptsExhausted(Refused):
+    code = "attempts_exhausted"
+
+
+class EffectKeyConflict(Refused):
+    code = "effect_key_conflict"
+
+
+class HasActiveDependents(Refused):
+    code = "has_active_dependents"
+
+
+class Forbidden(LedgerError):
+    status, code = 403, "forbidden"

@@ -1,0 +1,145 @@
+"""Recording intent before dispatch: the write-ahead part of the ledger."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+from ledger import digests
+from ledger.errors import EffectKeyConflict, ValidationFailed
+from ledger.models import Agent, Effect, EffectDependency, EventKind, Run
+from ledger.states import Kind, Status
+from ledger.tools import Policy
+from ledger.transitions import record_event
+
+_EFFECT_TABLE = Effect._meta.db_table
+_RUN_TABLE = Run._meta.db_table
+
+
+@dataclass
+class Intent:
+    run_id: str
+    step_id: str
+    tool: str
+    target: str
+    request: dict[str, Any]
+    effect_key: str | None = None
+    depends_on: Sequence[uuid.UUID] = ()
+    provenance: dict[str, Any] = field(default_factory=dict)
+    kind: Kind = Kind.ACTION
+    parent_id: uuid.UUID | None = None
+
+    @property
+    def key(self) -> str:
+        return self.effect_key or f"{self.run_id}:{self.step_id}"
+
+
+def find_repeat(agent: Agent, intent: Intent) -> Effect | None:
+    """The effect already recorded under this key, if the request is the same; a different
+    request under the same key is a conflict."""
+    existing = Effect.objects.filter(agent=agent, effect_key=intent.key).first()
+    if existing is None:
+        return None
+    if not digests.same_request(existing.request_hash, intent.tool, intent.target, intent.request):
+        raise EffectKeyConflict(
+            "An effect with this effect_key was recorded with a different request.",
+            effect_id=str(existing.id),
+        )
+    return existing
+
+
+def _next_seq(agent: Agent, run_id: str) -> int:
+    # One row per (agent, run): the upsert's row lock orders concurrent intents of one run.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {_RUN_TABLE} (agent_id, run_id, last_seq, created_at) "
+            f"VALUES (%s, %s, 1, now()) ON CONFLICT (agent_id, run_id) "
+            f"DO UPDATE SET last_seq = {_RUN_TABLE}.last_seq + 1 RETURNING last_seq",
+            [agent.id, run_id],
+        )
+        return cursor.fetchone()[0]
+
+
+def _insert(values: dict[str, Any]) -> Effect | None:
+    columns, params = [], []
+    for name, value in values.items():
+        model_field = Effect._meta.get_field(name)
+        columns.append(model_field.column)
+        params.append(model_field.get_db_prep_save(value, connection))
+    placeholders = ", ".join(["%s"] * len(columns))
+    sql = (
+        f"INSERT INTO {_EFFECT_TABLE} ({', '.join(columns)}, created_at, updated_at) "
+        f"VALUES ({placeholders}, now(), now()) "
+        f"ON CONFLICT (agent_id, effect_key) DO NOTHING RETURNING *"
+    )
+    rows = list(Effect.objects.raw(sql, params))
+    return rows[0] if rows else None
+
+
+def record_intent(
+    agent: Agent, intent: Intent, policy: Policy, *, actor: str
+) -> tuple[Effect, bool]:
+    """Record `intent` as a planned effect. Returns (effect, created).
+
+    Must run inside a transaction (the caller may claim in the same one).
+    """
+    repeat = find_repeat(agent, intent)
+    if repeat is not None:
+        return repeat, False
+    upstream = list(dict.fromkeys(intent.depends_on))
+    if upstream:
+        known = set(Effect.objects.filter(id__in=upstream).values_list("id", flat=True))
+        missing = [str(u) for u in upstream if u not in known]
+        if missing:
+            raise ValidationFailed(
+                "depends_on names effects that do not exist.",
+                {"depends_on": f"unknown effect ids: {', '.join(missing)}"},
+            )
+    redact = policy.redactor
+    effect = _insert(
+        {
+            "id": uuid.uuid4(),
+            "agent": agent.id,
+            "effect_key": intent.key,
+            "run_id": intent.run_id,
+            "step_id": intent.step_id,
+            "seq": _next_seq(agent, intent.run_id),
+            "kind": intent.kind,
+            "tool": intent.tool,
+            "target": redact.text(intent.target),
+            "request": redact(intent.request),
+            "request_hash": digests.request_hash(intent.tool, intent.target, intent.request),
+            "idempotency_key": digests.idempotency_key(agent.id, intent.key),
+            "status": Status.PLANNED,
+            "attempt": 0,
+            "max_attempts": policy.max_attempts,
+            "lease_owner": "",
+            "provider_ref": "",
+            "outcome_digest": "",
+            "outcome_token": "",
+            "parent": intent.parent_id,
+            "provenance": redact(intent.provenance),
+            "version": 1,
+        }
+    )
+    if effect is None:
+        # A concurrent request recorded the same key between our look-up and insert.
+        repeat = find_repeat(agent, intent)
+        assert repeat is not None
+        return repeat, False
+    EffectDependency.objects.bulk_create(
+        EffectDependency(downstream_id=effect.id, upstream_id=u) for u in upstream
+    )
+    record_event(
+        effect.id,
+        kind=EventKind.INTENT,
+        actor=actor,
+        to_status=Status.PLANNED,
+        reason="intent",
+        data={"request_hash": effect.request_hash, "depends_on": [str(u) for u in upstream]},
+    )
+    return effect, True

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ledger.agentkeys import issue_key
+from ledger.models import Agent
+
+
+class Command(BaseCommand):
+    help = "Create an agent identity (or add a key to an existing one); prints the key last."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--label", default="", help="A note on what the key is for.")
+
+    def handle(self, *args: Any, name: str, label: str, **options: Any) -> None:
+        name = name.strip()
+        if not name or len(name) > 100:
+            raise CommandError("The agent name must be 1–100 characters.")
+        agent, created = Agent.objects.get_or_create(name=name)
+        if not agent.is_active:
+            raise CommandError(f"Agent {name!r} is deactivated; reactivate it in the admin first.")
+        key = issue_key(agent, label=label)
+        what = "Created agent" if created else "Added a key to agent"
+        self.stdout.write(f"{what} {name!r}. The key is shown once; store it now:")
+        self.stdout.write(key)

@@ -1,0 +1,291 @@
+from __future__ import annotations
+
+import uuid
+
+import pgtrigger
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from ledger.jsonenc import ExactJSONDecoder, ExactJSONEncoder
+from ledger.states import INCOMPLETE, TRANSITIONS, Kind, Status
+
+_incomplete = Q(status__in=sorted(INCOMPLETE))
+
+
+class Agent(models.Model):
+    """A machine client. Effects are recorded under the agent whose key made the call."""
+
+    name = models.CharField(max_length=100, unique=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """A bearer key: shown once at creation, stored as prefix + SHA-256 digest, revocable."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="keys")
+    # The public part of the key, unique, used to find the row (the unique index serves it).
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    label = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.agent})"
+
+
+class Tool(models.Model):
+    """What a tool can do when something goes wrong, and its policy.
+
+    Capabilities rather than one class: `read_only`, `honours_key` (with `key_ttl`, how long
+    the provider remembers keys) and `has_lookup`. A tool nobody declared is treated as
+    `unsafe`: no capability at all.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=500, blank=True)
+    read_only = models.BooleanField(default=False)
+    honours_key = models.BooleanField(default=False)
+    key_ttl = models.DurationField(null=True, blank=True)
+    has_lookup = models.BooleanField(default=False)
+    confirm_within = models.DurationField(null=True, blank=True)
+    settle_after = models.DurationField(null=True, blank=True)
+    compensated_by = models.CharField(max_length=100, blank=True)
+    reconciler = models.CharField(max_length=100, blank=True)
+    reconciler_config = models.JSONField(default=dict, blank=True)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    escalate_after = models.DurationField()
+    backoffice_window = models.DurationField()
+    retention = models.DurationField()
+    # Field names exempt from the card-number scan (a 13-digit millisecond timestamp).
+    card_scan_allow = models.JSONField(default=list, blank=True)
+    # Dotted paths into the request/response that are always tokenized ("customer.ssn").
+    redact_paths = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def classification(self) -> str:
+        if self.read_only:
+            return "read_only"
+        if self.honours_key and self.has_lookup:
+            return "idempotent+lookup"
+        if self.honours_key:
+            return "idempotent"
+        if self.has_lookup:
+            return "lookup"
+        return "unsafe"
+
+
+class Run(models.Model):
+    """One agent's run: hands out `seq`, the order of effects within the run."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE)
+    run_id = models.CharField(max_length=200)
+    last_seq = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # The seq upsert in ledger.intents (INSERT … ON CONFLICT) targets this index.
+            models.UniqueConstraint(fields=["agent", "run_id"], name="run_agent_run_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent}/{self.run_id}"
+
+
+class Effect(models.Model):
+    """One external side effect, recorded before it is dispatched.
+
+    `status` is written only by `ledger.transitions`; the FSM trigger backs that up.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="effects")
+    effect_key = models.CharField(max_length=400)
+    run_id = models.CharField(max_length=200)
+    step_id = models.CharField(max_length=200)
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.ACTION)
+    tool = models.CharField(max_length=100)
+    target = models.CharField(max_length=500)
+    request = models.JSONField(encoder=ExactJSONEncoder, decoder=ExactJSONDecoder)
+    request_hash = models.CharField(max_length=80)
+    idempotency_key = models.CharField(max_length=64)
+    status = models.CharField(max_length=32, choices=Status.choices, default=Status.PLANNED)
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField()
+    lease_owner = models.CharField(max_length=200, blank=True)
+    # NULL while no lease is held: "no token" must never equal any token a client sends.
+    lease_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    claim_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    lease_seconds = models.PositiveIntegerField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    next_check_at = models.DateTimeField(null=True, blank=True)
+    provider_ref = models.CharField(max_length=500, blank=True)
+    response = models.JSONField(
+        null=True, blank=True, encoder=ExactJSONEncoder, decoder=ExactJSONDecoder
+    )
+    error = models.JSONField(
+        null=True, blank=True, encoder=ExactJSONEncoder, decoder=ExactJSONDecoder
+    )
+    # Digest of the last accepted outcome (token, status, provider_ref, response), so that a
+    # repeated outcome is recognised after the lease has been cleared.
+    outcome_digest = models.CharField(max_length=80, blank=True)
+    outcome_token = models.CharField(max_length=64, blank=True)
+    parent = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="children"
+    )
+    provenance = models.JSONField(
+        default=dict, blank=True, encoder=ExactJSONEncoder, decoder=ExactJSONDecoder
+    )
+    depends_on = models.ManyToManyField(
+        "self",
+        through="EffectDependency",
+        through_fields=("downstream", "upstream"),
+        symmetrical=False,
+        related_name="dependents",
+        blank=True,
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        constraints = [
+            # Intent repeats are found through this index: (agent, effect_key) is the identity of
+            # a logical operation.
+            models.UniqueConstraint(fields=["agent", "effect_key"], name="effect_agent_key_uniq"),
+            models.CheckConstraint(
+                condition=Q(attempt__lte=models.F("max_attempts")), name="effect_attempt_cap"
+            ),
+            models.CheckConstraint(
+                condition=Q(lease_seconds__isnull=True)
+                | Q(lease_seconds__gte=1, lease_seconds__lte=3600),
+                name="effect_lease_seconds_range",
+            ),
+        ]
+        indexes = [
+            # GET /runs/{run_id}/journal: an agent's effects of one run in seq order.
+            models.Index(fields=["agent", "run_id", "seq"], name="effect_journal_idx"),
+            # GET /effects: keyset pagination over an agent's effects by (created_at, id).
+            models.Index(fields=["agent", "created_at", "id"], name="effect_list_idx"),
+            # Webhooks and provider lookups match effects by idempotency key.
+            models.Index(fields=["idempotency_key"], name="effect_idem_key_idx"),
+            # Compensations and decisions of an effect (detail pages, journal).
+            models.Index(
+                fields=["parent"], name="effect_parent_idx", condition=Q(parent__isnull=False)
+            ),
+            # POST /recovery: an agent's incomplete effects, optionally by owner.
+            models.Index(
+                fields=["agent", "lease_owner"], name="effect_incomplete_idx", condition=_incomplete
+            ),
+            # The reconciliation worker's queue of record: due checks on unresolved effects.
+            models.Index(
+                fields=["next_check_at"],
+                name="effect_due_check_idx",
+                condition=_incomplete & Q(next_check_at__isnull=False),
+            ),
+            # The lease sweeper: dispatching effects whose lease has run out.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="effect_lease_idx",
+                condition=Q(status=Status.DISPATCHING),
+            ),
+            # The escalation sweep: unresolved effects by age.
+            models.Index(
+                fields=["created_at"], name="effect_unresolved_age_idx", condition=_incomplete
+            ),
+        ]
+        triggers = [
+            pgtrigger.FSM(
+                name="effect_status_fsm",
+                field="status",
+                transitions=sorted((str(a), str(b)) for a, b in TRANSITIONS),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.effect_key} [{self.status}]"
+
+
+class EffectDependency(models.Model):
+    """`downstream` may not be claimed until `upstream` is confirmed."""
+
+    downstream = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="+")
+    upstream = models.ForeignKey(Effect, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        constraints = [
+            # Claim-time interlock check reads an effect's upstreams through this index.
+            models.UniqueConstraint(fields=["downstream", "upstream"], name="dependency_uniq"),
+        ]
+        indexes = [
+            # The upstream_failed cascade walks from an upstream to its dependents.
+            models.Index(fields=["upstream"], name="dependency_upstream_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.downstream_id} waits for {self.upstream_id}"
+
+
+class EventKind(models.TextChoices):
+    INTENT = "intent"
+    TRANSITION = "transition"
+    LATE_OUTCOME = "late_outcome"
+    NOTE = "note"
+
+
+class EffectEvent(models.Model):
+    """One row per state change of an effect: the history. Append-only in PostgreSQL."""
+
+    effect = models.ForeignKey(Effect, on_delete=models.PROTECT, related_name="events")
+    kind = models.CharField(max_length=16, choices=EventKind.choices)
+    actor = models.CharField(max_length=200)
+    from_status = models.CharField(max_length=32, blank=True)
+    to_status = models.CharField(max_length=32, blank=True)
+    reason = models.CharField(max_length=2000, blank=True)
+    # What changed (redacted), and a SHA-256 digest of its canonical form.
+    data = models.JSONField(default=dict, encoder=ExactJSONEncoder, decoder=ExactJSONDecoder)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # The effect timeline: an effect's events in order.
+            models.Index(fields=["effect", "id"], name="event_timeline_idx"),
+        ]
+        triggers = [
+            pgtrigger.Protect(
+                name="event_append_only", operation=pgtrigger.Update | pgtrigger.Delete
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.effect_id} {self.from_status}→{self.to_status}"
+
+
+class WebhookDelivery(models.Model):
+    """Signatures already accepted, so a replayed callback is refused."""
+
+    provider = models.CharField(max_length=100)
+    signature = models.CharField(max_length=128)
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # Replay check: INSERT … ON CONFLICT against this index.
+            models.UniqueConstraint(fields=["provider", "signature"], name="webhook_replay_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} at {self.received_at}"

@@ -1,0 +1,121 @@
+"""What a lease holder reports after the provider call, and what happens to late reports."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from django.db import transaction
+
+from ledger import digests
+from ledger.errors import StaleLease
+from ledger.models import Effect, EventKind
+from ledger.states import OUTCOME_TARGETS, Status
+from ledger.tools import Policy
+from ledger.transitions import Superseded, lease_until, record_event, transition
+
+_FOLLOW_UP = frozenset({Status.CONFIRMED, Status.FAILED, Status.UNKNOWN})
+_DEFAULT_CONFIRM_WITHIN = 3600
+
+
+def _outcome_digest(token: str, status: str, provider_ref: str, response: Any) -> str:
+    return digests.value_digest(
+        {"token": token, "status": status, "provider_ref": provider_ref, "response": response}
+    )
+
+
+def record_outcome(
+    effect: Effect,
+    *,
+    token: str,
+    status: str,
+    provider_ref: str,
+    response: Any,
+    error: Any,
+    actor: str,
+    policy: Policy,
+) -> tuple[Effect, bool]:
+    """Apply an outcome under the caller's lease. Returns (effect, repeated).
+
+    A repeat (same token, status, provider_ref and response) changes nothing. Anything else
+    from a token that no longer holds the lease is refused with `stale_lease` and kept as a
+    `late_outcome` event: evidence is never thrown away.
+    """
+    digest = _outcome_digest(token, status, provider_ref, response)
+    if effect.outcome_digest and hmac.compare_digest(effect.outcome_digest, digest):
+        return effect, True
+
+    redact = policy.redactor
+    target = OUTCOME_TARGETS[status]
+    holds_lease = effect.status == Status.DISPATCHING and hmac.compare_digest(
+        effect.lease_token or "", token
+    )
+    # The worker that parked an effect in awaiting_confirmation may report how it ended.
+    follows_up = (
+        effect.status == Status.AWAITING_CONFIRMATION
+        and target in _FOLLOW_UP
+        and hmac.compare_digest(effect.outcome_token or "", token)
+    )
+    changes: dict[str, Any] = {"outcome_digest": digest, "outcome_token": token}
+    if provider_ref:
+        changes["provider_ref"] = redact.text(provider_ref)
+    if response is not None:
+        changes["response"] = redact(response)
+    if error is not None:
+        changes["error"] = redact(error)
+    if target == Status.AWAITING_CONFIRMATION:
+        wait = policy.confirm_within.total_seconds() if policy.confirm_within else None
+        changes["next_check_at"] = lease_until(int(wait or _DEFAULT_CONFIRM_WITHIN))
+    where: list[tuple[str, list[Any]]] = []
+    if holds_lease:
+        # Fencing: the token must still hold an unexpired lease by the database clock.
+        where.append(("lease_token = %s AND lease_expires_at > now()", [token]))
+
+    if holds_lease or follows_up:
+        try:
+            moved = transition(
+                effect,
+                target,
+                actor=actor,
+                reason=status,
+                changes=changes,
+                where=where,
+                data=_evidence(changes, status),
+            )
+            return moved, False
+        except Superseded:
+            effect = Effect.objects.get(pk=effect.pk)
+    _keep_late_outcome(
+        effect, status=status, provider_ref=provider_ref, changes=changes, actor=actor
+    )
+    raise StaleLease(
+        "This lease token no longer holds the effect; the report was kept as a late outcome.",
+        status=effect.status,
+    )
+
+
+def _evidence(changes: dict[str, Any], status: str) -> dict[str, Any]:
+    shown = {k: v for k, v in changes.items() if k in ("provider_ref", "response", "error")}
+    return {"outcome": status, **shown}
+
+
+def _keep_late_outcome(
+    effect: Effect, *, status: str, provider_ref: str, changes: dict[str, Any], actor: str
+) -> None:
+    from reviews.queue import open_review
+
+    with transaction.atomic():
+        record_event(
+            effect.id,
+            kind=EventKind.LATE_OUTCOME,
+            actor=actor,
+            from_status=effect.status,
+            to_status=effect.status,
+            reason="stale_lease",
+            data=_evidence(changes, status),
+        )
+        recorded = effect.provider_ref
+        reported = changes.get("provider_ref", "")
+        if reported and recorded and reported != recorded:
+            # Two provider references for one effect: the provider may hold two charges.
+            open_review(effect.id, "possible_duplicate")

@@ -1,0 +1,147 @@
+"""Tokenize sensitive values before anything is stored.
+
+Card numbers (Luhn-valid runs of 13–19 digits, also inside longer strings and as JSON numbers),
+CVV/CVC codes, fields named like secrets, and per-tool dotted paths are replaced by keyed HMAC
+tokens (`ledger.digests.redaction_token`): equal values map to equal tokens, and the raw value
+never reaches the database or a log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger import jsonenc
+from ledger.digests import redaction_token
+
+# Key names (lower-cased, separators removed) whose values are secrets whatever they hold.
+_SECRET_NAME = re.compile(
+    r"(password|passwd|passphrase|secret|token|apikey|accesskey|privatekey|authorization"
+    r"|cvv|cvc|cvn|securitycode|cardnumber)$|^(cvv2|cvc2|csc|pin|pan)$"
+)
+# A run of digits that may be grouped by single spaces or hyphens ("4111 1111 1111 1111").
+_DIGIT_RUN = re.compile(r"(?<![\d])\d+(?:[ -]\d+)*(?![\d])")
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        value = ord(char) - 48
+        if index % 2:
+            value *= 2
+            if value > 9:
+                value -= 9
+        total += value
+    return total % 10 == 0
+
+
+def _card_spans(run: str) -> Iterable[tuple[int, int]]:
+    """Spans within one digit run that hold a card number: the whole run, or consecutive groups."""
+    groups = [(m.start(), m.end()) for m in re.finditer(r"\d+", run)]
+    found: list[tuple[int, int]] = []
+    start = 0
+    while start < len(groups):
+        hit = None
+        digits = ""
+        for end in range(start, len(groups)):
+            digits += run[groups[end][0] : groups[end][1]]
+            if len(digits) > 19:
+                break
+            if len(digits) >= 13 and luhn_valid(digits):
+                hit = end
+        if hit is None:
+            start += 1
+        else:
+            found.append((groups[start][0], groups[hit][1]))
+            start = hit + 1
+    return found
+
+
+def scrub_cards(text: str) -> str:
+    """Replace every card number inside `text` by a token."""
+    if not any(ch.isdigit() for ch in text):
+        return text
+    pieces: list[str] = []
+    last = 0
+    for match in _DIGIT_RUN.finditer(text):
+        run = match.group()
+        if sum(ch.isdigit() for ch in run) < 13:
+            continue
+        for start, end in _card_spans(run):
+            digits = re.sub(r"\D", "", run[start:end])
+            pieces.append(text[last : match.start() + start])
+            pieces.append(redaction_token("card", digits))
+            last = match.start() + end
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(re.sub(r"[^a-z0-9]", "", name.lower())))
+
+
+def _path_matches(pattern: Sequence[str], path: Sequence[str]) -> bool:
+    return len(pattern) == len(path) and all(
+        p in ("*", q) for p, q in zip(pattern, path, strict=True)
+    )
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Redaction rules for one tool."""
+
+    card_scan_allow: frozenset[str] = frozenset()
+    paths: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+
+    @classmethod
+    def for_tool(
+        cls, card_scan_allow: Iterable[str] = (), redact_paths: Iterable[str] = ()
+    ) -> Redactor:
+        return cls(
+            card_scan_allow=frozenset(card_scan_allow),
+            paths=tuple(tuple(p.split(".")) for p in redact_paths),
+        )
+
+    def __call__(self, value: Any) -> Any:
+        return self._walk(value, ())
+
+    def text(self, value: str) -> str:
+        return scrub_cards(value)
+
+    def _tokenize(self, value: Any) -> str:
+        raw = value if isinstance(value, str) else jsonenc.dumps(value, canonical=True)
+        return redaction_token("secret", raw)
+
+    def _walk(self, value: Any, path: tuple[str, ...]) -> Any:
+        if path and any(_path_matches(p, path) for p in self.paths):
+            return self._tokenize(value)
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                child = (*path, str(key))
+                if _is_secret_name(str(key)) and item is not None and not isinstance(item, bool):
+                    out[key] = self._tokenize(item)
+                else:
+                    out[key] = self._walk(item, child)
+            return out
+        if isinstance(value, list):
+            return [self._walk(item, (*path, str(i))) for i, item in enumerate(value)]
+        exempt = bool(path) and (
+            path[-1] in self.card_scan_allow or ".".join(path) in self.card_scan_allow
+        )
+        if exempt:
+            return value
+        if isinstance(value, str):
+            return scrub_cards(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            digits = str(abs(value))
+            if 13 <= len(digits) <= 19 and luhn_valid(digits):
+                return redaction_token("card", digits)
+        return value
+
+
+DEFAULT = Redactor()

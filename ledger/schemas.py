@@ -1,0 +1,163 @@
+"""Wire formats of the agent API (API.md). Inputs forbid unknown fields."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+from ledger.states import Kind, Status
+
+Id = Annotated[str, Field(min_length=1, max_length=200)]
+Reason = Annotated[str, Field(max_length=2000)]
+LeaseSeconds = Annotated[int, Field(ge=1, le=3600)]
+JsonObject = dict[str, Any]
+
+
+class Input(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProvenanceIn(Input):
+    model: Annotated[str, Field(max_length=200)] | None = None
+    prompt_hash: Annotated[str, Field(max_length=200)] | None = None
+    tool_schema_version: Annotated[str, Field(max_length=100)] | None = None
+    model_output: Any = None
+    policy: Any = None
+
+
+class IntentIn(Input):
+    run_id: Id
+    step_id: Id
+    tool: Annotated[str, Field(min_length=1, max_length=100)]
+    target: Annotated[str, Field(min_length=1, max_length=500)]
+    request: JsonObject
+    effect_key: Annotated[str, Field(min_length=1, max_length=400)] | None = None
+    depends_on: Annotated[list[uuid.UUID], Field(max_length=100)] = []
+    provenance: ProvenanceIn | None = None
+    claim: bool = False
+    owner: Annotated[str, Field(max_length=200)] = ""
+    claim_id: Id | None = None
+    lease_seconds: LeaseSeconds | None = None
+
+
+class ClaimIn(Input):
+    owner: Annotated[str, Field(max_length=200)] = ""
+    claim_id: Id | None = None
+    lease_seconds: LeaseSeconds | None = None
+
+
+class HeartbeatIn(Input):
+    lease_token: Annotated[str, Field(min_length=1, max_length=64)]
+    lease_seconds: LeaseSeconds | None = None
+
+
+class OutcomeIn(Input):
+    lease_token: Annotated[str, Field(min_length=1, max_length=64)]
+    status: Literal["confirmed", "failed", "unknown", "awaiting_confirmation", "not_sent"]
+    provider_ref: Annotated[str, Field(max_length=500)] = ""
+    response: Any = None
+    error: Annotated[str, Field(max_length=10000)] | JsonObject | None = None
+
+
+class CancelIn(Input):
+    reason: Reason = ""
+
+
+class CompensateIn(Input):
+    tool: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    request: JsonObject = {}
+    reason: Reason = ""
+    compensation_key: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+
+
+class RecoveryIn(Input):
+    owner: Annotated[str, Field(max_length=200)] | None = None
+    run_id: Id | None = None
+    dry_run: bool = False
+
+
+class WebhookIn(Input):
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=64)]
+    status: Literal["confirmed", "failed"]
+    provider_ref: Annotated[str, Field(max_length=500)] = ""
+    response: Any = None
+
+
+class UpstreamOut(Schema):
+    id: uuid.UUID
+    status: Status
+
+
+class ProvenanceOut(Schema):
+    model: str | None = None
+    prompt_hash: str | None = None
+    tool_schema_version: str | None = None
+    model_output: Any = None
+    policy: Any = None
+
+
+class EffectOut(Schema):
+    id: uuid.UUID
+    effect_key: str
+    run_id: str
+    step_id: str
+    seq: int
+    agent: str
+    tool: str
+    target: str
+    kind: Kind
+    status: Status
+    attempt: int
+    max_attempts: int
+    idempotency_key: str
+    lease_owner: str
+    lease_expires_at: datetime | None
+    provider_ref: str
+    request: JsonObject
+    response: Any
+    error: Any
+    depends_on: list[uuid.UUID]
+    blocked_by: list[UpstreamOut]
+    parent_id: uuid.UUID | None
+    provenance: ProvenanceOut
+    created_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+
+
+class ClaimedEffectOut(EffectOut):
+    """The claimer's view: the effect plus the lease it holds."""
+
+    lease_token: str | None = None
+    lease_seconds: int | None = None
+
+
+class EffectPage(Schema):
+    items: list[EffectOut]
+    next_cursor: str | None
+
+
+class RecoveryItem(Schema):
+    effect: EffectOut
+    action: Literal["retry_safe", "reconcile", "review", "wait"]
+    reason: str
+
+
+class RecoveryOut(Schema):
+    effects: list[RecoveryItem]
+    counts_by_status: dict[str, int]
+
+
+class ErrorOut(Schema):
+    error: str
+    detail: str
+
+
+class HealthOut(Schema):
+    status: Literal["ok", "unavailable"]
+    database: str
+    redis: str

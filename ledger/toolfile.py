@@ -1,0 +1,115 @@
+"""Reading tool declarations from TOML (`manage.py loadtools FILE.toml`).
+
+[tools.charge_card]
+preset = "idempotent"        # read_only | idempotent | lookup | unsafe
+has_lookup = true            # capabilities may be combined with a preset
+key_ttl = "24h"
+confirm_within = "15m"
+compensated_by = "refund_card"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from config.env import parse_duration
+from ledger.models import Tool
+from ledger.tools import PRESETS
+
+_FLAGS = ("read_only", "honours_key", "has_lookup")
+_DURATIONS = (
+    "key_ttl",
+    "confirm_within",
+    "settle_after",
+    "escalate_after",
+    "backoffice_window",
+    "retention",
+)
+_TEXT = ("description", "compensated_by", "reconciler")
+_LISTS = ("card_scan_allow", "redact_paths")
+_KNOWN = {"preset", "max_attempts", "reconciler_config", *_FLAGS, *_DURATIONS, *_TEXT, *_LISTS}
+# A provider that honours keys but did not say for how long is assumed to keep them a day.
+_DEFAULT_KEY_TTL = timedelta(hours=24)
+
+
+class ToolFileError(ValueError):
+    pass
+
+
+def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(spec) - _KNOWN
+    if unknown:
+        raise ToolFileError(f"tool {name!r}: unknown settings {sorted(unknown)}")
+    preset = spec.get("preset", "unsafe")
+    if preset not in PRESETS:
+        raise ToolFileError(
+            f"tool {name!r}: preset must be one of {sorted(PRESETS)}, not {preset!r}"
+        )
+    fields: dict[str, Any] = dict(PRESETS[preset])
+    for flag in _FLAGS:
+        if flag in spec:
+            if not isinstance(spec[flag], bool):
+                raise ToolFileError(f"tool {name!r}: {flag} must be true or false")
+            fields[flag] = spec[flag]
+    defaults = {
+        "escalate_after": settings.LEDGER_ESCALATE_AFTER,
+        "backoffice_window": settings.LEDGER_BACKOFFICE_WINDOW,
+        "retention": settings.LEDGER_RETENTION,
+    }
+    for key in _DURATIONS:
+        raw = spec.get(key, defaults.get(key))
+        try:
+            fields[key] = None if raw is None else timedelta(seconds=parse_duration(raw))
+        except ValueError as exc:
+            raise ToolFileError(f"tool {name!r}: {key}: {exc}") from None
+    if fields["honours_key"] and fields["key_ttl"] is None:
+        fields["key_ttl"] = _DEFAULT_KEY_TTL
+    for key in _TEXT:
+        value = spec.get(key, "")
+        if not isinstance(value, str) or len(value) > 500:
+            raise ToolFileError(f"tool {name!r}: {key} must be a short string")
+        fields[key] = value
+    for key in _LISTS:
+        value = spec.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ToolFileError(f"tool {name!r}: {key} must be a list of strings")
+        fields[key] = value
+    attempts = spec.get("max_attempts", settings.LEDGER_DEFAULT_MAX_ATTEMPTS)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
+        raise ToolFileError(f"tool {name!r}: max_attempts must be an integer from 1 to 100")
+    fields["max_attempts"] = attempts
+    config = spec.get("reconciler_config", {})
+    if not isinstance(config, dict):
+        raise ToolFileError(f"tool {name!r}: reconciler_config must be a table")
+    fields["reconciler_config"] = config
+    return fields
+
+
+def load(path: Path) -> list[tuple[str, bool]]:
+    """Create or update every tool in the file; returns (name, created) pairs. All or nothing."""
+    try:
+        document = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ToolFileError(f"{path}: {exc}") from None
+    tools = document.get("tools")
+    if not isinstance(tools, dict) or not tools:
+        raise ToolFileError(f"{path}: expected one or more [tools.NAME] tables")
+    parsed = {}
+    for name, spec in tools.items():
+        if not isinstance(spec, dict):
+            raise ToolFileError(f"tools.{name} must be a table")
+        if len(name) > 100:
+            raise ToolFileError(f"tool name {name[:20]!r}… is longer than 100 characters")
+        parsed[name] = _fields(name, spec)
+    results = []
+    with transaction.atomic():
+        for name, fields in parsed.items():
+            _, created = Tool.objects.update_or_create(name=name, defaults=fields)
+            results.append((name, created))
+    return results

@@ -1,0 +1,295 @@
+"""The one writer of `Effect.status`.
+
+Every transition is one transaction: a conditional `UPDATE … WHERE id = %s AND status = %s AND
+version = %s RETURNING …` (no row back means someone else moved the effect first) plus one
+appended `EffectEvent`. Lease and deadline arithmetic uses the database clock (`now()`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models.functions import Now
+
+from ledger import digests
+from ledger.errors import (
+    AttemptsExhausted,
+    Blocked,
+    InvalidTransition,
+    StaleLease,
+)
+from ledger.models import Effect, EffectEvent, EventKind
+from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
+
+# Statuses that end the effect's own story (compensation aside): `resolved_at` is set on entry.
+_RESOLVING = frozenset({Status.CONFIRMED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED})
+_EFFECT_TABLE = Effect._meta.db_table
+_EVENT_TABLE = EffectEvent._meta.db_table
+_FIELD_BY_COLUMN = {f.column: f for f in Effect._meta.concrete_fields}
+
+
+class Superseded(Exception):
+    """The effect's status or version changed between reading and writing it."""
+
+
+def _sql(value: str) -> _Raw:
+    return _Raw(value)
+
+
+class _Raw(str):
+    """A SQL expression to put in a SET clause as it is (database-clock arithmetic)."""
+
+
+def lease_until(seconds: int) -> tuple[_Raw, list[Any]]:
+    return _sql("now() + make_interval(secs => %s)"), [seconds]
+
+
+def _update(
+    effect: Effect,
+    to: Status,
+    changes: Mapping[str, Any],
+    where: Sequence[tuple[str, Sequence[Any]]] = (),
+) -> Effect:
+    sets = ["status = %s", "version = version + 1", "updated_at = now()"]
+    params: list[Any] = [str(to)]
+    for column, value in changes.items():
+        if isinstance(value, tuple) and value and isinstance(value[0], _Raw):
+            sets.append(f"{column} = {value[0]}")
+            params.extend(value[1])
+        elif isinstance(value, _Raw):
+            sets.append(f"{column} = {value}")
+        else:
+            field = _FIELD_BY_COLUMN[column]
+            sets.append(f"{column} = %s")
+            params.append(field.get_db_prep_save(value, connection))
+    conditions = ["id = %s", "status = %s", "version = %s"]
+    params += [effect.id, effect.status, effect.version]
+    for condition, condition_params in where:
+        conditions.append(condition)
+        params.extend(condition_params)
+    sql = (
+        f"UPDATE {_EFFECT_TABLE} SET {', '.join(sets)} WHERE {' AND '.join(conditions)} RETURNING *"
+    )
+    rows = list(Effect.objects.raw(sql, params))
+    if not rows:
+        raise Superseded(effect.id)
+    return rows[0]
+
+
+def record_event(
+    effect_id: Any,
+    *,
+    kind: str,
+    actor: str,
+    from_status: str = "",
+    to_status: str = "",
+    reason: str = "",
+    data: Mapping[str, Any] | None = None,
+) -> None:
+    data = dict(data or {})
+    EffectEvent.objects.create(
+        effect_id=effect_id,
+        kind=kind,
+        actor=actor[:200],
+        from_status=from_status,
+        to_status=to_status,
+        reason=reason[:2000],
+        data=data,
+        digest=digests.content_digest(data),
+    )
+
+
+def transition(
+    effect: Effect,
+    to: Status,
+    *,
+    actor: str,
+    reason: str = "",
+    changes: Mapping[str, Any] | None = None,
+    where: Sequence[tuple[str, Sequence[Any]]] = (),
+    data: Mapping[str, Any] | None = None,
+) -> Effect:
+    """Move `effect` to `to`, or raise `InvalidTransition` / `Superseded`.
+
+    `changes` are further columns to set (a `(_Raw, params)` tuple for SQL expressions),
+    `where` further conditions the row must still meet, `data` what the event records.
+    """
+    if not is_allowed(effect.status, to):
+        raise InvalidTransition(
+            f"An effect in {effect.status} cannot move to {to}.",
+            status=effect.status,
+        )
+    columns: dict[str, Any] = dict(changes or {})
+    if effect.status == Status.DISPATCHING:
+        # Leaving dispatching clears the lease: no token can write after this.
+        columns.update(lease_token=None, claim_id=None, lease_expires_at=None, lease_seconds=None)
+    if to in _RESOLVING:
+        columns.update(resolved_at=_sql("now()"), next_check_at=None)
+    with transaction.atomic():
+        moved = _update(effect, to, columns, where)
+        record_event(
+            moved.id,
+            kind=EventKind.TRANSITION,
+            actor=actor,
+            from_status=effect.status,
+            to_status=to,
+            reason=reason,
+            data=data,
+        )
+        _follow_on(moved, actor=actor)
+    return moved
+
+
+def _follow_on(effect: Effect, *, actor: str) -> None:
+    """What a transition implies for other effects, inside the same transaction."""
+    if effect.status in UPSTREAM_DEAD:
+        cancel_dependents(effect.id)
+    if effect.kind == Kind.COMPENSATION and effect.parent_id:
+        parent = Effect.objects.get(pk=effect.parent_id)
+        if effect.status == Status.CONFIRMED and parent.status == Status.CONFIRMED:
+            transition(
+                parent,
+                Status.COMPENSATED,
+                actor=actor,
+                reason="compensation_confirmed",
+                data={"compensation": str(effect.id)},
+            )
+        elif effect.status in (Status.FAILED, Status.UNKNOWN):
+            from reviews.queue import open_review
+
+            open_review(parent.id, f"compensation_{effect.status}")
+
+
+def cancel_dependents(upstream_id: Any) -> int:
+    """Cancel, in one statement, every planned effect that (transitively, through planned
+    effects) depends on `upstream_id`, each with its own event. Returns how many."""
+    data = {"upstream": str(upstream_id)}
+    sql = f"""
+        WITH RECURSIVE doomed(id) AS (
+            SELECT d.downstream_id FROM ledger_effectdependency d
+              JOIN {_EFFECT_TABLE} e ON e.id = d.downstream_id AND e.status = 'planned'
+             WHERE d.upstream_id = %s
+            UNION
+            SELECT d.downstream_id FROM ledger_effectdependency d
+              JOIN doomed ON d.upstream_id = doomed.id
+              JOIN {_EFFECT_TABLE} e ON e.id = d.downstream_id AND e.status = 'planned'
+        ), moved AS (
+            UPDATE {_EFFECT_TABLE} e
+               SET status = 'cancelled', version = version + 1, updated_at = now(),
+                   resolved_at = now(), next_check_at = NULL
+             WHERE e.id IN (SELECT id FROM doomed) AND e.status = 'planned'
+         RETURNING e.id
+        )
+        INSERT INTO {_EVENT_TABLE}
+               (effect_id, kind, actor, from_status, to_status, reason, data, digest, created_at)
+        SELECT id, 'transition', 'system:interlock', 'planned', 'cancelled', 'upstream_failed',
+               %s::jsonb, %s, now()
+          FROM moved
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql, [upstream_id, digests.jsonenc.dumps(data), digests.content_digest(data)]
+        )
+        return cursor.rowcount
+
+
+def blocked_by(effect_id: Any, *, lock: bool = False) -> list[dict[str, Any]]:
+    """Upstream effects that hold this one back: not confirmed, or being compensated.
+
+    With `lock`, the upstream rows are read `FOR SHARE`: a concurrent transition of an upstream
+    (confirmed → compensated) waits for this claim to commit, or this claim sees its result.
+    """
+    sql = f"""
+        SELECT u.id, u.status, EXISTS (
+                   SELECT 1 FROM {_EFFECT_TABLE} c
+                    WHERE c.parent_id = u.id AND c.kind = 'compensation'
+                      AND c.status IN ('planned', 'dispatching', 'awaiting_confirmation', 'unknown')
+               )
+          FROM ledger_effectdependency d JOIN {_EFFECT_TABLE} u ON u.id = d.upstream_id
+         WHERE d.downstream_id = %s ORDER BY u.id {"FOR SHARE OF u" if lock else ""}
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [effect_id])
+        rows = cursor.fetchall()
+    waiting: list[dict[str, Any]] = []
+    for uid, status, compensating in rows:
+        if status != Status.CONFIRMED:
+            waiting.append({"id": str(uid), "status": status})
+        elif compensating:
+            waiting.append({"id": str(uid), "status": status, "compensating": True})
+    return waiting
+
+
+def lease_is_live(effect: Effect) -> bool:
+    """Is the effect's lease still running, by the database clock?"""
+    return Effect.objects.filter(
+        pk=effect.pk, status=Status.DISPATCHING, lease_expires_at__gt=Now()
+    ).exists()
+
+
+def claim(
+    effect: Effect, *, owner: str, claim_id: str | None, lease_seconds: int, actor: str
+) -> tuple[Effect, bool]:
+    """`planned → dispatching` with a fresh lease. Returns (effect, repeated): a repeat with the
+    same `claim_id` while its lease is live gets the same token and attempt back."""
+    if (
+        effect.status == Status.DISPATCHING
+        and claim_id
+        and effect.claim_id == claim_id
+        and lease_is_live(effect)
+    ):
+        return effect, True
+    if effect.status != Status.PLANNED:
+        raise InvalidTransition(
+            f"Only a planned effect can be claimed; this one is {effect.status}.",
+            status=effect.status,
+        )
+    if effect.attempt >= effect.max_attempts:
+        raise AttemptsExhausted(
+            f"All {effect.max_attempts} attempts have been used.",
+            attempt=effect.attempt,
+            max_attempts=effect.max_attempts,
+        )
+    with transaction.atomic():
+        waiting = blocked_by(effect.id, lock=True)
+        if waiting:
+            raise Blocked("Upstream effects are not confirmed yet.", blocked_by=waiting)
+        try:
+            moved = transition(
+                effect,
+                Status.DISPATCHING,
+                actor=actor,
+                reason="claimed",
+                changes={
+                    "attempt": _sql("attempt + 1"),
+                    "lease_owner": owner,
+                    "lease_token": secrets.token_urlsafe(24),
+                    "claim_id": claim_id,
+                    "lease_seconds": lease_seconds,
+                    "lease_expires_at": lease_until(lease_seconds),
+                },
+                where=[("attempt < max_attempts", [])],
+                data={"owner": owner, "claim_id": claim_id, "lease_seconds": lease_seconds},
+            )
+        except Superseded:
+            raise InvalidTransition(
+                "The effect was claimed or changed by someone else first."
+            ) from None
+    return moved, False
+
+
+def heartbeat(effect: Effect, *, token: str, lease_seconds: int) -> Effect:
+    """Extend a live lease. An expired lease cannot be revived: recovery may be deciding it."""
+    sql = (
+        f"UPDATE {_EFFECT_TABLE} SET lease_expires_at = now() + make_interval(secs => %s), "
+        f"lease_seconds = %s, version = version + 1, updated_at = now() "
+        f"WHERE id = %s AND status = 'dispatching' AND lease_token = %s "
+        f"AND lease_expires_at > now() RETURNING *"
+    )
+    rows = list(Effect.objects.raw(sql, [lease_seconds, lease_seconds, effect.id, token]))
+    if not rows:
+        raise StaleLease("The lease has expired or belongs to another claim.")
+    return rows[0]

@@ -1,0 +1,87 @@
+"""Signed provider callbacks, matched to effects by idempotency key.
+
+Signature: header `X-Ledger-Signature: t=<unix seconds>,v1=<hex>` where the hex is
+HMAC-SHA256(provider secret, "<t>.<raw body>"). A timestamp outside the tolerance window or a
+signature seen before is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from ledger.errors import InvalidTransition, LedgerError, NotFound
+from ledger.models import Effect, WebhookDelivery
+from ledger.states import Status
+from ledger.tools import policy_for
+from ledger.transitions import Superseded, transition
+
+_RESOLVABLE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.UNKNOWN)
+
+
+class BadSignature(LedgerError):
+    status, code = 401, "unauthorized"
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def verify(provider: str, header: str, body: bytes) -> str:
+    """Check the signature; returns its MAC, which identifies this delivery."""
+    secret = settings.LEDGER_WEBHOOK_SECRETS.get(provider)
+    if secret is None:
+        raise NotFound(f"No webhook is configured for provider {provider!r}.")
+    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    try:
+        timestamp = int(parts["t"])
+        given = parts["v1"]
+    except (KeyError, ValueError):
+        raise BadSignature("Missing or malformed X-Ledger-Signature header.") from None
+    if abs(time.time() - timestamp) > settings.LEDGER_WEBHOOK_TOLERANCE:
+        raise BadSignature("The signature's timestamp is outside the accepted window.")
+    expected = sign(secret, timestamp, body).split("v1=", 1)[1]
+    if not hmac.compare_digest(expected, given):
+        raise BadSignature("The signature does not match.")
+    return expected
+
+
+def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
+    """Apply a verified callback to the effect it names."""
+    try:
+        with transaction.atomic():
+            WebhookDelivery.objects.create(provider=provider, signature=signature)
+    except IntegrityError:
+        raise BadSignature("This signature was already used (replayed delivery).") from None
+    effect = Effect.objects.filter(idempotency_key=payload["idempotency_key"]).first()
+    if effect is None:
+        raise NotFound("No effect has this idempotency key.")
+    to = Status(payload["status"])
+    ref = payload.get("provider_ref") or ""
+    if effect.status == to and (not ref or ref == effect.provider_ref):
+        return effect
+    if effect.status not in _RESOLVABLE:
+        raise InvalidTransition(f"The effect is already {effect.status}.", status=effect.status)
+    redact = policy_for(effect.tool).redactor
+    changes: dict[str, Any] = {}
+    if ref:
+        changes["provider_ref"] = redact.text(ref)
+    if payload.get("response") is not None:
+        changes["response"] = redact(payload["response"])
+    try:
+        return transition(
+            effect,
+            to,
+            actor=f"provider:{provider}",
+            reason="webhook",
+            changes=changes,
+            data={"provider_ref": changes.get("provider_ref", ""), "webhook": True},
+        )
+    except Superseded:
+        raise InvalidTransition("The effect changed while the callback was applied.") from None

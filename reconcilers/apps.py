@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ReconcilersConfig(AppConfig):
+    name = "reconcilers"
+    verbose_name = "Reconcilers"

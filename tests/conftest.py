@@ -1,0 +1,106 @@
+"""Shared fixtures: real PostgreSQL and Redis (from DATABASE_URL / REDIS_URL), named personas."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from ledger.agentkeys import issue_key
+from ledger.models import Agent, Tool
+from ledger.toolfile import load
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class AgentClient:
+    """Speaks the agent API as an outside client would: JSON over HTTP with a bearer key."""
+
+    def __init__(self, agent: Agent, key: str) -> None:
+        self.agent = agent
+        self.key = key
+        self.http = Client()
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def post(self, path: str, body: Any = None, *, raw: str | bytes | None = None, **headers: str):
+        data = raw if raw is not None else json.dumps(body if body is not None else {})
+        return self.http.post(
+            f"/api/v1{path}",
+            data=data,
+            content_type="application/json",
+            headers={**self._headers(), **headers},
+        )
+
+    def get(self, path: str, params: dict[str, Any] | None = None):
+        return self.http.get(f"/api/v1{path}", params or {}, headers=self._headers())
+
+    # The common steps of an effect's life, each asserting the documented status code.
+    def intent(
+        self, run_id: str = "run-1", step_id: str = "step-1", *, expect: int = 201, **body: Any
+    ) -> dict:
+        payload = {
+            "run_id": run_id,
+            "step_id": step_id,
+            "tool": "charge_card",
+            "target": "acct_42",
+            "request": {"amount": "10.00", "currency": "EUR"},
+        }
+        payload.update(body)
+        response = self.post("/effects", payload)
+        assert response.status_code == expect, response.content
+        return response.json()
+
+    def claim(self, effect_id: str, *, expect: int = 200, **body: Any) -> dict:
+        body.setdefault("owner", "worker-1")
+        response = self.post(f"/effects/{effect_id}/claim", body)
+        assert response.status_code == expect, response.content
+        return response.json()
+
+    def outcome(
+        self,
+        effect_id: str,
+        token: str,
+        status: str = "confirmed",
+        *,
+        expect: int = 200,
+        **body: Any,
+    ) -> dict:
+        response = self.post(
+            f"/effects/{effect_id}/outcome", {"lease_token": token, "status": status, **body}
+        )
+        assert response.status_code == expect, response.content
+        return response.json()
+
+
+@pytest.fixture
+def tools(db) -> dict[str, Tool]:
+    load(ROOT / "tools.toml")
+    return {t.name: t for t in Tool.objects.all()}
+
+
+def _persona(name: str) -> AgentClient:
+    agent = Agent.objects.create(name=name)
+    return AgentClient(agent, issue_key(agent))
+
+
+@pytest.fixture
+def alice(db, tools) -> AgentClient:
+    """The agent whose effects most tests follow."""
+    return _persona("alice")
+
+
+@pytest.fixture
+def bob(db, tools) -> AgentClient:
+    """A second agent: must never see or change alice's effects."""
+    return _persona("bob")
+
+
+@pytest.fixture
+def make_agent(db, tools) -> Callable[[str], AgentClient]:
+    return _persona
