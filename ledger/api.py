@@ -135,7 +135,8 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 def _field_name(loc: list[Any]) -> str:
     parts = [str(p) for p in loc]
     if parts and parts[0] == "body":
-        parts = parts[2:] if len(parts) > 2 else parts[1:]
+        # ("body", "payload", "run_id"): the second part names the view argument.
+        parts = parts[2:]
     elif parts and parts[0] in ("query", "path", "header"):
         parts = parts[1:]
     return ".".join(parts) or "body"

@@ -22,23 +22,27 @@ def _problem_with_string(text: str) -> str | None:
     return None
 
 
-def check_json(value: Any, path: str = "body", depth: int = 0) -> None:
+def check_json(value: Any, path: str = "", depth: int = 0) -> None:
     """Raise `ValidationFailed` naming the first value PostgreSQL could not store."""
     if depth > MAX_DEPTH:
-        raise ValidationFailed("The body is nested too deeply.", {path: f"deeper than {MAX_DEPTH}"})
+        raise ValidationFailed(
+            "The body is nested too deeply.", {path or "body": f"deeper than {MAX_DEPTH}"}
+        )
     if isinstance(value, str):
         problem = _problem_with_string(value)
         if problem:
-            raise ValidationFailed(f"A string {problem}.", {path: problem})
+            raise ValidationFailed(f"A string {problem}.", {path or "body": problem})
     elif isinstance(value, Decimal):
         if not value.is_finite() or abs(value.adjusted()) > MAX_EXPONENT:
-            raise ValidationFailed("A number is out of range.", {path: "number out of range"})
+            raise ValidationFailed(
+                "A number is out of range.", {path or "body": "number out of range"}
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             problem = _problem_with_string(key)
             if problem:
-                raise ValidationFailed(f"A key {problem}.", {path: f"key {problem}"})
-            check_json(item, f"{path}.{key}", depth + 1)
+                raise ValidationFailed(f"A key {problem}.", {path or "body": f"key {problem}"})
+            check_json(item, f"{path}.{key}" if path else str(key), depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            check_json(item, f"{path}.{index}", depth + 1)
+            check_json(item, f"{path}.{index}" if path else str(index), depth + 1)

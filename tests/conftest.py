@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
+from ledger import digests
 from ledger.agentkeys import issue_key
-from ledger.models import Agent, Tool
+from ledger.models import Agent, Effect, EffectEvent, Tool
 from ledger.toolfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,3 +108,52 @@ def bob(db, tools) -> AgentClient:
 @pytest.fixture
 def make_agent(db, tools) -> Callable[[str], AgentClient]:
     return _persona
+
+
+@pytest.fixture
+def make_effect(alice) -> Callable[..., Effect]:
+    """Insert an effect in any state directly (an INSERT is not a transition), for tests that
+    start from a given state."""
+    counter = iter(range(1, 1_000_000))
+
+    def make(status: str = "planned", **fields: Any) -> Effect:
+        n = next(counter)
+        values: dict[str, Any] = {
+            "agent": alice.agent,
+            "effect_key": f"fixture:{n}",
+            "run_id": "fixture",
+            "step_id": str(n),
+            "seq": n,
+            "tool": "charge_card",
+            "target": "acct_42",
+            "request": {"amount": "1.00"},
+            "request_hash": digests.request_hash("charge_card", "acct_42", {"amount": "1.00"}),
+            "idempotency_key": digests.idempotency_key(alice.agent.id, f"fixture:{n}"),
+            "status": status,
+            "max_attempts": 3,
+        }
+        if status == "dispatching":
+            values.update(
+                attempt=1,
+                lease_token=f"token-{n}",
+                lease_owner="worker-1",
+                lease_seconds=60,
+                lease_expires_at=timezone.now() + timedelta(minutes=1),
+            )
+        values.update(fields)
+        return Effect.objects.create(**values)
+
+    return make
+
+
+def expire_lease(effect_id: str) -> None:
+    """Back-date a lease so that it ran out a second ago by the database clock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE ledger_effect SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+            [effect_id],
+        )
+
+
+def events_of(effect_id: str) -> list[EffectEvent]:
+    return list(EffectEvent.objects.filter(effect_id=effect_id).order_by("id"))
