@@ -16,19 +16,23 @@ def event(alice) -> EffectEvent:
 
 
 def test_raw_sql_cannot_update_an_event(event):
-    with pytest.raises(DatabaseError, match="Cannot update or delete"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE ledger_effectevent SET reason = 'edited' WHERE id = %s", [event.id]
-            )
+    with (
+        pytest.raises(DatabaseError, match="Cannot update or delete"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("UPDATE ledger_effectevent SET reason = 'edited' WHERE id = %s", [event.id])
     event.refresh_from_db()
     assert event.reason == "confirmed"
 
 
 def test_raw_sql_cannot_delete_an_event(event):
-    with pytest.raises(DatabaseError, match="Cannot update or delete"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("DELETE FROM ledger_effectevent WHERE id = %s", [event.id])
+    with (
+        pytest.raises(DatabaseError, match="Cannot update or delete"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("DELETE FROM ledger_effectevent WHERE id = %s", [event.id])
     assert EffectEvent.objects.filter(pk=event.pk).exists()
 
 

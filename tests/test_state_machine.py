@@ -98,11 +98,12 @@ def test_the_database_trigger_allows_exactly_the_python_table(db):
 @pytest.mark.parametrize(("source", "target"), REFUSED_CHANGES, ids=lambda s: str(s))
 def test_the_trigger_refuses_a_raw_update_the_table_forbids(make_effect, source, target):
     effect = make_effect(source)
-    with pytest.raises(DatabaseError, match="Invalid transition"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE ledger_effect SET status = %s WHERE id = %s", [target, effect.id]
-            )
+    with (
+        pytest.raises(DatabaseError, match="Invalid transition"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("UPDATE ledger_effect SET status = %s WHERE id = %s", [target, effect.id])
     assert Effect.objects.get(pk=effect.pk).status == source
 
 
