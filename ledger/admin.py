@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from ledger.models import Agent, ApiKey, Effect, EffectDependency, EffectEvent, Run, Tool
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The ledger's history is written by the ledger, never edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class ApiKeyInline(admin.TabularInline):
+    model = ApiKey
+    fields = ("prefix", "label", "created_at", "revoked_at")
+    readonly_fields = ("prefix", "created_at")
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # keys are issued with `manage.py createagent`, which shows them once
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("name", "is_active", "created_at")
+    list_filter = ("is_active",)
+    search_fields = ("name",)
+    inlines = [ApiKeyInline]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ("prefix", "agent", "label", "created_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("prefix", "agent__name", "label")
+    readonly_fields = ("agent", "prefix", "digest", "created_at")
+    list_select_related = ("agent",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(Tool)
+class ToolAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "classification",
+        "has_lookup",
+        "honours_key",
+        "read_only",
+        "max_attempts",
+        "compensated_by",
+        "reconciler",
+    )
+    list_filter = ("read_only", "honours_key", "has_lookup")
+    search_fields = ("name", "description")
+
+
+class EventInline(admin.TabularInline):
+    model = EffectEvent
+    fields = ("created_at", "kind", "actor", "from_status", "to_status", "reason")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("id",)
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Effect)
+class EffectAdmin(ReadOnlyAdmin):
+    list_display = ("effect_key", "agent", "tool", "status", "attempt", "kind", "created_at")
+    list_filter = ("status", "kind", "tool", "agent")
+    search_fields = ("=id", "effect_key", "run_id", "idempotency_key", "provider_ref", "target")
+    date_hierarchy = "created_at"
+    list_select_related = ("agent",)
+    inlines = [EventInline]
+
+
+@admin.register(EffectEvent)
+class EffectEventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "effect", "kind", "actor", "from_status", "to_status", "created_at")
+    list_filter = ("kind", "to_status")
+    search_fields = ("=effect__id", "actor", "reason")
+    list_select_related = ("effect",)
+
+
+@admin.register(EffectDependency)
+class EffectDependencyAdmin(ReadOnlyAdmin):
+    list_display = ("downstream", "upstream")
+    list_select_related = ("downstream", "upstream")
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ("run_id", "agent", "last_seq", "created_at")
+    search_fields = ("run_id",)
+    list_select_related = ("agent",)

@@ -1,0 +1,103 @@
+"""Signed provider callbacks: signature, replay, unknown effects."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from django.test import Client
+
+from ledger.models import Effect
+from ledger.webhooks import sign
+
+SECRET = "test-webhook-secret-0123456789"
+
+
+def _deliver(body: dict, *, secret: str = SECRET, timestamp: int | None = None, header=None):
+    raw = json.dumps(body).encode()
+    signature = header or sign(secret, timestamp or int(time.time()), raw)
+    return Client().post(
+        "/api/v1/webhooks/sandbox-pay",
+        data=raw,
+        content_type="application/json",
+        headers={"X-Ledger-Signature": signature},
+    )
+
+
+def _awaiting(alice) -> dict:
+    effect = alice.intent(claim=True)
+    return alice.outcome(effect["id"], effect["lease_token"], "awaiting_confirmation")
+
+
+def test_a_signed_callback_confirms_the_effect_it_names(alice, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = _awaiting(alice)
+    response = _deliver(
+        {
+            "idempotency_key": effect["idempotency_key"],
+            "status": "confirmed",
+            "provider_ref": "ch_7",
+        }
+    )
+    assert response.status_code == 200, response.content
+    stored = Effect.objects.get(pk=effect["id"])
+    assert (stored.status, stored.provider_ref) == ("confirmed", "ch_7")
+    assert stored.events.latest("id").actor == "provider:sandbox-pay"
+
+
+def test_a_replayed_callback_is_refused(alice, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = _awaiting(alice)
+    body = {"idempotency_key": effect["idempotency_key"], "status": "confirmed"}
+    raw = json.dumps(body).encode()
+    header = sign(SECRET, int(time.time()), raw)
+    assert _deliver(body, header=header).status_code == 200
+    replay = _deliver(body, header=header)
+    assert replay.status_code == 401
+    assert "replayed" in replay.json()["detail"]
+
+
+def test_a_stale_signature_is_refused(alice, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = _awaiting(alice)
+    response = _deliver(
+        {"idempotency_key": effect["idempotency_key"], "status": "confirmed"},
+        timestamp=int(time.time()) - 3600,
+    )
+    assert response.status_code == 401
+    assert Effect.objects.get(pk=effect["id"]).status == "awaiting_confirmation"
+
+
+def test_a_wrong_secret_is_refused(alice, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = _awaiting(alice)
+    response = _deliver(
+        {"idempotency_key": effect["idempotency_key"], "status": "failed"}, secret="guess" * 5
+    )
+    assert response.status_code == 401
+    assert response.json()["error"] == "unauthorized"
+    assert Effect.objects.get(pk=effect["id"]).status == "awaiting_confirmation"
+
+
+def test_an_unknown_idempotency_key_is_404(db, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    response = _deliver({"idempotency_key": "el_nothing", "status": "confirmed"})
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+def test_an_unconfigured_provider_is_404(db, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {}
+    response = _deliver({"idempotency_key": "el_x", "status": "confirmed"})
+    assert response.status_code == 404
+
+
+def test_a_callback_for_a_settled_effect_is_refused(alice, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = alice.intent(claim=True)
+    alice.outcome(effect["id"], effect["lease_token"], provider_ref="ch_1")
+    response = _deliver(
+        {"idempotency_key": effect["idempotency_key"], "status": "failed", "provider_ref": "ch_1"}
+    )
+    assert response.status_code == 409
+    assert Effect.objects.get(pk=effect["id"]).status == "confirmed"
