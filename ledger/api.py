@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -29,6 +30,7 @@ from ledger.inputs import check_json
 from ledger.intents import Intent, record_intent
 from ledger.models import Agent, Effect
 from ledger.outcomes import record_outcome
+from ledger.readiness import database_ok, redis_ok
 from ledger.recovery import recover
 from ledger.schemas import (
     CancelIn,
@@ -350,8 +352,8 @@ def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str,
             raise ValidationFailed(
                 "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
             ) from None
-        effects = effects.extra(
-            where=["(ledger_effect.created_at, ledger_effect.id) > (%s, %s)"], params=list(after)
+        effects = effects.filter(
+            Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1])
         )
     page = list(effects.order_by("created_at", "id")[: filters.limit + 1])
     more = len(page) > filters.limit
@@ -450,18 +452,17 @@ def provider_webhook(request: HttpRequest, provider: str, payload: WebhookIn) ->
     "/health",
     auth=None,
     response={200: HealthOut, 503: HealthOut},
+    exclude_none=True,
     summary="Liveness and readiness",
 )
 def health(request: HttpRequest) -> Reply:
-    from ledger.readiness import database_ok, redis_ok
-
     db, rd = database_ok(), redis_ok()
     status = 200 if db and rd else 503
-    return Reply(
-        status,
-        {
-            "status": "ok" if status == 200 else "unavailable",
-            "database": "ok" if db else "unreachable",
-            "redis": "ok" if rd else "unreachable",
-        },
-    )
+    body: dict[str, Any] = {
+        "status": "ok" if status == 200 else "unavailable",
+        "database": "ok" if db else "unreachable",
+        "redis": "ok" if rd else "unreachable",
+    }
+    if status != 200:
+        body.update(error="unavailable", detail="A backing service is not reachable.")
+    return Reply(status, body)

@@ -161,3 +161,5 @@ class HealthOut(Schema):
     status: Literal["ok", "unavailable"]
     database: str
     redis: str
+    error: str | None = None
+    detail: str | None = None
