@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, InternalError, OperationalError, transaction
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Query, Schema
@@ -151,6 +151,18 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
         fields.setdefault(_field_name(list(error.get("loc", []))), str(error.get("msg", "invalid")))
     return error_response(
         request, 422, "validation_error", "The request is not valid.", fields=fields
+    )
+
+
+@api.exception_handler(InternalError)
+def _trigger_refusal(request: HttpRequest, exc: InternalError) -> HttpResponse:
+    if "pgtrigger" not in str(exc):
+        raise exc
+    # The database backs up the transition table; reaching it means the Python side let a
+    # forbidden write through. Refuse the request, and say loudly that this is a bug.
+    log.error("BUG: the database refused a write the ledger attempted: %s", exc)
+    return error_response(
+        request, 409, "invalid_transition", "The database refused this state change."
     )
 
 
