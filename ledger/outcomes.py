@@ -13,6 +13,7 @@ from ledger.models import Effect, EventKind
 from ledger.states import OUTCOME_TARGETS, Status
 from ledger.tools import Policy
 from ledger.transitions import Superseded, lease_until, record_event, transition
+from reviews.queue import open_review
 
 _FOLLOW_UP = frozenset({Status.CONFIRMED, Status.FAILED, Status.UNKNOWN})
 _DEFAULT_CONFIRM_WITHIN = 3600
@@ -102,8 +103,6 @@ def _evidence(changes: dict[str, Any], status: str) -> dict[str, Any]:
 def _keep_late_outcome(
     effect: Effect, *, status: str, provider_ref: str, changes: dict[str, Any], actor: str
 ) -> None:
-    from reviews.queue import open_review
-
     with transaction.atomic():
         record_event(
             effect.id,

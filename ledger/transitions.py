@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
@@ -23,6 +24,7 @@ from ledger.errors import (
 )
 from ledger.models import Effect, EffectEvent, EventKind
 from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
+from reviews.queue import open_review
 
 # Statuses that end the effect's own story (compensation aside): `resolved_at` is set on entry.
 _RESOLVING = frozenset({Status.CONFIRMED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED})
@@ -35,16 +37,16 @@ class Superseded(Exception):
     """The effect's status or version changed between reading and writing it."""
 
 
-def _sql(value: str) -> _Raw:
-    return _Raw(value)
+@dataclass(frozen=True)
+class SqlExpr:
+    """A SQL expression for a SET clause, evaluated by the database (its clock, its counters)."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
 
 
-class _Raw(str):
-    """A SQL expression to put in a SET clause as it is (database-clock arithmetic)."""
-
-
-def lease_until(seconds: int) -> tuple[_Raw, list[Any]]:
-    return _sql("now() + make_interval(secs => %s)"), [seconds]
+def lease_until(seconds: int) -> SqlExpr:
+    return SqlExpr("now() + make_interval(secs => %s)", (seconds,))
 
 
 def _update(
@@ -56,11 +58,9 @@ def _update(
     sets = ["status = %s", "version = version + 1", "updated_at = now()"]
     params: list[Any] = [str(to)]
     for column, value in changes.items():
-        if isinstance(value, tuple) and value and isinstance(value[0], _Raw):
-            sets.append(f"{column} = {value[0]}")
-            params.extend(value[1])
-        elif isinstance(value, _Raw):
-            sets.append(f"{column} = {value}")
+        if isinstance(value, SqlExpr):
+            sets.append(f"{column} = {value.sql}")
+            params.extend(value.params)
         else:
             field = _FIELD_BY_COLUMN[column]
             sets.append(f"{column} = %s")
@@ -114,7 +114,7 @@ def transition(
 ) -> Effect:
     """Move `effect` to `to`, or raise `InvalidTransition` / `Superseded`.
 
-    `changes` are further columns to set (a `(_Raw, params)` tuple for SQL expressions),
+    `changes` are further columns to set (an `SqlExpr` for values the database computes),
     `where` further conditions the row must still meet, `data` what the event records.
     """
     if not is_allowed(effect.status, to):
@@ -127,7 +127,7 @@ def transition(
         # Leaving dispatching clears the lease: no token can write after this.
         columns.update(lease_token=None, claim_id=None, lease_expires_at=None, lease_seconds=None)
     if to in _RESOLVING:
-        columns.update(resolved_at=_sql("now()"), next_check_at=None)
+        columns.update(resolved_at=SqlExpr("now()"), next_check_at=None)
     with transaction.atomic():
         moved = _update(effect, to, columns, where)
         record_event(
@@ -158,8 +158,6 @@ def _follow_on(effect: Effect, *, actor: str) -> None:
                 data={"compensation": str(effect.id)},
             )
         elif effect.status in (Status.FAILED, Status.UNKNOWN):
-            from reviews.queue import open_review
-
             open_review(parent.id, f"compensation_{effect.status}")
 
 
@@ -264,7 +262,7 @@ def claim(
                 actor=actor,
                 reason="claimed",
                 changes={
-                    "attempt": _sql("attempt + 1"),
+                    "attempt": SqlExpr("attempt + 1"),
                     "lease_owner": owner,
                     "lease_token": secrets.token_urlsafe(24),
                     "claim_id": claim_id,
