@@ -1,0 +1,483 @@
+"""Run the Effect Ledger with everything it needs, on a bare machine.
+
+    python -m config.stack run              # `make run`: the whole service, until Ctrl-C
+    python -m config.stack exec -- CMD ...  # `make test`, `make bench`: CMD with servers up
+
+Both commands first make sure PostgreSQL and Redis are reachable: when `DATABASE_URL` or
+`REDIS_URL` is unset (or empty) an embedded server is started for it (see `config.embedded`)
+and the variable is set for the children; when it is set, it is used as is and nothing starts.
+Servers started here are stopped when the stack exits, however it exits (Ctrl-C, SIGTERM, an
+error, a child dying); if the stack itself is SIGKILLed, its children get SIGTERM from the
+kernel (Linux) and the next run cleans up what is left.
+
+`exec` runs CMD in the foreground (same terminal and process group, inherited stdio), then stops
+the servers and exits with CMD's exit code.
+
+`run` additionally:
+  * generates SECRET_KEY, LEDGER_KEYS and LEDGER_WEBHOOK_SECRETS once into `var/secrets.env`
+    (0600) and reuses them, because idempotency keys are HMACs under LEDGER_KEYS and must stay
+    stable across restarts; values set in the environment win;
+  * writes `var/run.env` with the URLs and secrets of this run, which `config/settings.py` reads
+    as defaults, so `python manage.py ...` works from a second shell while the stack runs;
+  * migrates, collects static files, loads `tools.toml`, creates the `demo` agent and the
+    `operator` admin if missing (their credentials are printed only when created);
+  * starts gunicorn, an rq worker and the django-q cluster (plus `sandbox_services()`), and
+    supervises them: if one exits, the others are stopped and the stack exits non-zero.
+
+Environment read here: DATABASE_URL, REDIS_URL, HOST (default 127.0.0.1), PORT (default 8000),
+GUNICORN_WORKERS (default 2), GUNICORN_THREADS (default 4), and the three secrets above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from config.embedded import ROOT, VAR, EmbeddedServers, say, spawn, stop_processes
+
+SECRETS_FILE = VAR / "secrets.env"
+RUN_ENV_FILE = VAR / "run.env"
+SECRET_NAMES = ("SECRET_KEY", "LEDGER_KEYS", "LEDGER_WEBHOOK_SECRETS")
+RUN_ENV_NAMES = ("DATABASE_URL", "REDIS_URL", *SECRET_NAMES)
+DEMO_AGENT = "demo"
+DEMO_OPERATOR = "operator"
+STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL for each child
+STARTUP_TIMEOUT = 60.0  # seconds gunicorn may take to accept connections
+
+
+# --- Signals ---------------------------------------------------------------------------------
+
+
+class Shutdown(Exception):
+    """Raised out of whatever the stack is doing when SIGINT, SIGTERM or SIGHUP arrives."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class SignalGate:
+    """Turns stop signals into a `Shutdown` exception, but only where that is safe.
+
+    Inside `deferred()` a signal is remembered and raised on leaving the block, so a server
+    that has just started is always registered for stopping first. After `quiet()` (cleanup
+    has begun) signals are only remembered: a second Ctrl-C must not abort the cleanup, and the
+    SIGKILL after STOP_TIMEOUT bounds how long it takes. In `exec` mode, `forward_to()` makes
+    the gate pass SIGTERM/SIGHUP on to the foreground child instead.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._depth = 0
+        self._quiet = False
+        self._child: subprocess.Popen[bytes] | None = None
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+        if self._child is not None:
+            # The child shares our terminal: Ctrl-C has reached it already, and sending SIGINT
+            # again would interrupt its own cleanup (pytest's teardown, say). Other stop
+            # signals were sent to us alone, so pass them on.
+            if signum != signal.SIGINT and self._child.poll() is None:
+                self._child.send_signal(signum)
+            return
+        if self._depth or self._quiet:
+            return
+        self._quiet = True
+        raise Shutdown(signum)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if not self._depth and self.received is not None and not self._quiet:
+            self._quiet = True
+            raise Shutdown(self.received)
+
+    def forward_to(self, child: subprocess.Popen[bytes] | None) -> None:
+        self._child = child
+
+    def quiet(self) -> None:
+        self._quiet = True
+        self._child = None
+
+
+def _signal_exit_code(signum: int) -> int:
+    return 128 + signum  # the shell's convention for "killed by signal N"
+
+
+# --- Secrets and env files -------------------------------------------------------------------
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """`NAME=value` lines, as `config.settings._load_env_file` reads them."""
+    values: dict[str, str] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep and not line.lstrip().startswith("#"):
+                values[name.strip()] = value.strip()
+    return values
+
+
+def write_env_file(path: Path, values: dict[str, str], header: str) -> None:
+    """Write atomically, readable by the owner only: these files hold secrets."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"# {header}\n")
+        handle.writelines(f"{name}={value}\n" for name, value in values.items())
+    os.replace(tmp, path)
+
+
+def _generate_secret(name: str) -> str:
+    if name == "SECRET_KEY":
+        return secrets.token_urlsafe(48)
+    if name == "LEDGER_KEYS":
+        return f"1:{secrets.token_urlsafe(32)}"  # keyring version 1; rotate by adding 2:...
+    if name == "LEDGER_WEBHOOK_SECRETS":
+        return f"sandbox-pay:{secrets.token_urlsafe(32)}"
+    raise ValueError(name)
+
+
+def load_secrets(path: Path = SECRETS_FILE) -> dict[str, str]:
+    """The stored secrets, generating (and storing) any that are missing."""
+    stored = read_env_file(path)
+    missing = [name for name in SECRET_NAMES if not stored.get(name)]
+    if missing:
+        stored.update({name: _generate_secret(name) for name in missing})
+        write_env_file(
+            path,
+            {name: stored[name] for name in SECRET_NAMES},
+            "Generated by `make run`. Keep stable: idempotency keys are HMACs under LEDGER_KEYS.",
+        )
+        say(f"Generated {', '.join(missing)} into {path.relative_to(ROOT)}.")
+    else:
+        path.chmod(0o600)
+    return stored
+
+
+# --- Child processes -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Service:
+    """A long-running child of `run`; if it exits, the whole stack stops."""
+
+    name: str
+    argv: list[str]
+
+
+class ChildDied(Exception):
+    def __init__(self, name: str, returncode: int | None) -> None:
+        if returncode is None:
+            how = "stopped"
+        elif returncode < 0:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        else:
+            how = f"exited with code {returncode}"
+        super().__init__(f"{name} {how} unexpectedly")
+        self.name = name
+
+
+def manage(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), *args]
+
+
+def _venv_tool(name: str) -> list[str]:
+    """A console script next to this interpreter (the venv's bin/), else `python -m name`."""
+    script = Path(sys.executable).parent / name
+    return [str(script)] if script.is_file() else [sys.executable, "-m", name]
+
+
+def sandbox_services() -> list[Service]:
+    """Fake third-party providers (payments, mail, ...) for the demo tools to call.
+
+    Add sandbox providers here as further `Service`s; `run` starts and supervises them with the
+    rest and passes them the same environment.
+    """
+    return []
+
+
+def app_services(host: str, port: int) -> list[Service]:
+    """Everything `run` keeps running, in start order (it stops them in reverse)."""
+    gunicorn = [
+        *_venv_tool("gunicorn"),
+        "config.wsgi:application",
+        "--worker-class", "gthread",
+        "--workers", os.environ.get("GUNICORN_WORKERS", "2"),
+        "--threads", os.environ.get("GUNICORN_THREADS", "4"),
+        "--bind", f"{_bracket(host)}:{port}",
+    ]  # fmt: skip
+    if _gunicorn_has_control_socket():
+        # Its default, ~/.gunicorn/gunicorn.ctl, is shared by every gunicorn of the user.
+        gunicorn += ["--control-socket", str(VAR / f"gunicorn-{port}.ctl")]
+    return [
+        *sandbox_services(),
+        Service("gunicorn", gunicorn),
+        Service("rqworker", manage("rqworker", "default", "--with-scheduler")),
+        Service("qcluster", manage("qcluster")),
+    ]
+
+
+def _gunicorn_has_control_socket() -> bool:
+    """gunicorn 27 added a control socket; older ones reject the option."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("gunicorn").split(".")[0]) >= 27
+    except (PackageNotFoundError, ValueError):
+        return False
+
+
+def _describe(cmd: object) -> str:
+    """`manage.py migrate --noinput` rather than two absolute paths and all."""
+    argv = [str(arg) for arg in cmd] if isinstance(cmd, list | tuple) else [str(cmd)]
+    if argv and argv[0] == sys.executable:
+        argv = argv[1:]
+    if argv:
+        argv[0] = Path(argv[0]).name
+    return " ".join(argv)
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # Same option gunicorn sets, so a socket in TIME_WAIT does not count as "in use".
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _check_children(
+    children: list[tuple[str, subprocess.Popen[bytes]]], servers: EmbeddedServers
+) -> None:
+    for name, proc in children:
+        if proc.poll() is not None:
+            raise ChildDied(name, proc.returncode)
+    dead = servers.dead()
+    if dead:
+        raise ChildDied(f"the embedded {dead}", None)
+
+
+def _wait_for_http(
+    host: str,
+    port: int,
+    children: list[tuple[str, subprocess.Popen[bytes]]],
+    servers: EmbeddedServers,
+) -> None:
+    connect_host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        _check_children(children, servers)
+        with contextlib.suppress(OSError), socket.create_connection((connect_host, port), 1):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(
+        f"gunicorn did not accept connections on port {port} within {STARTUP_TIMEOUT:.0f} s."
+    )
+
+
+# --- One-off setup ---------------------------------------------------------------------------
+
+
+_EXISTING = (
+    "import json; from django.contrib.auth.models import User; from ledger.models import Agent; "
+    f"print(json.dumps([Agent.objects.filter(name={DEMO_AGENT!r}).exists(), "
+    f"User.objects.filter(username={DEMO_OPERATOR!r}).exists()]))"
+)
+
+
+def _run_manage(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
+    """Run a management command quietly and return its stdout (stderr still shows)."""
+    result = subprocess.run(
+        manage(*args), env=env, cwd=ROOT, check=True, text=True, input=stdin, stdout=subprocess.PIPE
+    )
+    return result.stdout
+
+
+def prepare(env: dict[str, str]) -> None:
+    """Bring the database up to date and make sure there is someone to sign in as."""
+    for args in (
+        ("migrate", "--noinput"),
+        ("collectstatic", "--noinput"),
+        ("loadtools", str(ROOT / "tools.toml")),
+    ):
+        say(f"manage.py {' '.join(args)}")
+        subprocess.run(manage(*args), env=env, cwd=ROOT, check=True)
+
+    # One Django start-up answers both questions; the last stdout line is the answer.
+    lines = _run_manage(env, "shell", "-c", _EXISTING).strip().splitlines()
+    agent_exists, operator_exists = json.loads(lines[-1])
+
+    if not agent_exists:
+        output = _run_manage(env, "createagent", DEMO_AGENT, "--label", "created by make run")
+        words = output.split()
+        key = next((word for word in words if word.startswith("elk_")), words[-1])
+        print(f"\nDemo agent key (shown once): {key}\n", flush=True)
+    if not operator_exists:
+        password = secrets.token_urlsafe(18)
+        # createoperator reads the password from stdin when stdin is not a terminal.
+        _run_manage(env, "createoperator", DEMO_OPERATOR, "--role", "admin", stdin=password)
+        print(f"\nDemo operator: {DEMO_OPERATOR} / {password} (shown once)\n", flush=True)
+
+
+# --- Commands --------------------------------------------------------------------------------
+
+
+def run() -> int:
+    host = os.environ.get("HOST") or "127.0.0.1"
+    try:
+        port = int(os.environ.get("PORT") or "8000")
+    except ValueError:
+        say(f"PORT must be a number, got {os.environ['PORT']!r}.")
+        return 2
+    if not _port_free(host, port):
+        say(f"Port {port} on {host} is in use; stop what holds it or set PORT.")
+        return 1
+
+    gate = SignalGate()
+    gate.install()
+    servers = EmbeddedServers()
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    try:
+        env = dict(os.environ)
+        for name, value in load_secrets().items():
+            if not env.get(name):
+                env[name] = value
+        servers.start(env, guard=gate.deferred)
+        write_env_file(
+            RUN_ENV_FILE,
+            {name: env[name] for name in RUN_ENV_NAMES},
+            "Written by `make run` for `manage.py` in another shell; the URLs only work while "
+            "it runs.",
+        )
+        env.setdefault("PYTHONUNBUFFERED", "1")  # child logs appear as they happen
+
+        prepare(env)
+
+        for service in app_services(host, port):
+            with gate.deferred():  # started means registered for stopping
+                say(f"starting {service.name}")
+                children.append((service.name, spawn(service.argv, env=env, cwd=ROOT)))
+        _wait_for_http(host, port, children, servers)
+        base = f"http://{_bracket(host)}:{port}"
+        print(
+            f"\nEffect Ledger is running at {base}/ — API docs: {base}/api/v1/docs\n"
+            "Press Ctrl-C to stop.\n",
+            flush=True,
+        )
+
+        while True:  # supervise until a signal (Shutdown) or a death (ChildDied)
+            _check_children(children, servers)
+            time.sleep(0.5)
+    except Shutdown as stop:
+        say(f"{stop}: stopping.")
+        return 0
+    except ChildDied as death:
+        say(f"{death}; stopping the others.")
+        return 1
+    except subprocess.CalledProcessError as exc:
+        say(f"{_describe(exc.cmd)} failed with exit code {exc.returncode}.")
+        return 1
+    except RuntimeError as exc:
+        say(str(exc))
+        return 1
+    finally:
+        gate.quiet()
+        stop_processes(reversed(children), timeout=STOP_TIMEOUT)
+        servers.close()
+        say("stopped.")
+
+
+def exec_command(cmd: list[str]) -> int:
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        say("exec needs a command: python -m config.stack exec -- CMD [ARGS...]")
+        return 2
+
+    gate = SignalGate()
+    gate.install()
+    servers = EmbeddedServers()
+    child: subprocess.Popen[bytes] | None = None
+    try:
+        env = dict(os.environ)
+        servers.start(env, guard=gate.deferred)
+        with gate.deferred():
+            try:
+                # Same process group as the stack: CMD keeps the terminal (pytest --pdb works)
+                # and gets Ctrl-C directly.
+                child = spawn(cmd, env=env, own_group=False)
+            except OSError as exc:
+                say(f"cannot run {cmd[0]}: {exc}")
+                return 127
+            gate.forward_to(child)
+        returncode = child.wait()
+        return returncode if returncode >= 0 else _signal_exit_code(-returncode)
+    except Shutdown as stop:
+        say(f"{stop}: stopping.")
+        return _signal_exit_code(stop.signum)
+    except subprocess.CalledProcessError as exc:
+        say(f"could not start the servers: {_describe(exc.cmd)} failed ({exc.returncode}).")
+        return 1
+    except RuntimeError as exc:
+        say(f"could not start the servers: {exc}")
+        return 1
+    finally:
+        gate.quiet()
+        if child is not None and child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        servers.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m config.stack",
+        description="Run the Effect Ledger, starting embedded PostgreSQL/Redis when "
+        "DATABASE_URL/REDIS_URL are unset.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("run", help="serve the app with its workers until Ctrl-C")
+    exec_parser = commands.add_parser("exec", help="run CMD with the servers up")
+    exec_parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run()
+    return exec_command(args.cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
