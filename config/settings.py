@@ -185,6 +185,8 @@ CONTENT_SECURITY_POLICY_EXCLUDE_URL_PREFIXES = ("/api/v1/docs",)
 # be rotated: new hashes use the highest version, stored hashes name the version they used.
 LEDGER_KEYS = env_keyring("LEDGER_KEYS")
 LEDGER_MAX_BODY_BYTES = env_int("LEDGER_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+# Our limit is enforced (413) by ledger.middleware; Django's own must not be lower.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(LEDGER_MAX_BODY_BYTES, 2_621_440)
 LEDGER_DEFAULT_LEASE_SECONDS = env_int("LEDGER_DEFAULT_LEASE_SECONDS", 60, minimum=1)
 LEDGER_DEFAULT_MAX_ATTEMPTS = env_int("LEDGER_DEFAULT_MAX_ATTEMPTS", 3, minimum=1)
 LEDGER_ESCALATE_AFTER = env_duration("LEDGER_ESCALATE_AFTER", "24h")

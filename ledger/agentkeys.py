@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 
 from django.db.models.functions import Now
@@ -11,6 +12,7 @@ from django.db.models.functions import Now
 from ledger.models import Agent, ApiKey
 
 _PREFIX_LEN = 12
+_KEY_SHAPE = re.compile(r"elk_[0-9a-f]{12}_[A-Za-z0-9_-]{20,100}")
 
 
 def _digest(key: str) -> str:

@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,7 @@ from ledger.models import Agent, Effect
 from ledger.outcomes import record_outcome
 from ledger.readiness import database_ok, redis_ok
 from ledger.recovery import recover
+from ledger.redaction import scrub_cards
 from ledger.schemas import (
     CancelIn,
     ClaimedEffectOut,
@@ -43,6 +45,7 @@ from ledger.schemas import (
     HealthOut,
     HeartbeatIn,
     IntentIn,
+    Label,
     OutcomeIn,
     RecoveryIn,
     RecoveryOut,
@@ -135,7 +138,8 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 
 def _field_name(loc: list[Any]) -> str:
-    parts = [str(p) for p in loc]
+    # pydantic names union branches in the location ("constrained-str", "dict[str,any]").
+    parts = [str(p) for p in loc if not re.search(r"[\[\]-]", str(p))]
     if parts and parts[0] == "body":
         # ("body", "payload", "run_id"): the second part names the view argument.
         parts = parts[2:]
@@ -297,13 +301,13 @@ def cancel_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CancelIn)
     effect = _own_effect(request, effect_id)
     if effect.status == Status.CANCELLED:
         return _show(request, effect)
-    agent = _agent(request)
+    reason = scrub_cards(payload.reason) or "cancelled by agent"
     moved = transition(
         effect,
         Status.CANCELLED,
-        actor=_actor(agent),
-        reason=payload.reason or "cancelled by agent",
-        data={"reason": policy_for(effect.tool).redactor.text(payload.reason)},
+        actor=_actor(_agent(request)),
+        reason=reason,
+        data={"reason": reason},
     )
     return _show(request, moved)
 
@@ -317,7 +321,7 @@ class ListFilters(Schema):
     run_id: str | None = Field(None, max_length=200)
     status: Status | None = None
     tool: str | None = Field(None, max_length=100)
-    owner: str | None = Field(None, max_length=200)
+    owner: Label | None = None
     limit: int = Field(50, ge=1, le=500)
     cursor: str | None = Field(None, max_length=500)
 
@@ -393,7 +397,7 @@ def run_journal(request: HttpRequest, run_id: str, query: Query[JournalQuery]) -
     effects = Effect.objects.filter(agent=agent, run_id=run_id)
     if query.cursor:
         (after,) = _decode_cursor(query.cursor, 1)
-        if not after.isdigit():
+        if not re.fullmatch(r"[0-9]{1,18}", after):
             raise ValidationFailed(
                 "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
             )

@@ -37,6 +37,18 @@ class ApiBoundaryMiddleware:
                 "body_too_large",
                 f"The body is larger than {settings.LEDGER_MAX_BODY_BYTES} bytes.",
             )
+        if "\x00" in request.path or any(
+            "\x00" in key or any("\x00" in v for v in values) for key, values in request.GET.lists()
+        ):
+            # PostgreSQL cannot store or compare text holding NUL.
+            return JsonResponse(
+                {
+                    "error": "validation_error",
+                    "detail": "The URL contains a NUL character.",
+                    "fields": {"url": "contains a NUL character"},
+                },
+                status=422,
+            )
         try:
             response = self.get_response(request)
         except (OperationalError, InterfaceError) as exc:

@@ -19,6 +19,11 @@ _FOLLOW_UP = frozenset({Status.CONFIRMED, Status.FAILED, Status.UNKNOWN})
 _DEFAULT_CONFIRM_WITHIN = 3600
 
 
+def _same(recorded: str | None, given: str) -> bool:
+    """Constant-time comparison; any text a client sends is comparable (bytes, not str)."""
+    return bool(recorded) and hmac.compare_digest(recorded.encode(), given.encode())
+
+
 def _outcome_digest(token: str, status: str, provider_ref: str, response: Any) -> str:
     return digests.value_digest(
         {"token": token, "status": status, "provider_ref": provider_ref, "response": response}
@@ -43,19 +48,17 @@ def record_outcome(
     `late_outcome` event: evidence is never thrown away.
     """
     digest = _outcome_digest(token, status, provider_ref, response)
-    if effect.outcome_digest and hmac.compare_digest(effect.outcome_digest, digest):
+    if effect.outcome_digest and _same(effect.outcome_digest, digest):
         return effect, True
 
     redact = policy.redactor
     target = OUTCOME_TARGETS[status]
-    holds_lease = effect.status == Status.DISPATCHING and hmac.compare_digest(
-        effect.lease_token or "", token
-    )
+    holds_lease = effect.status == Status.DISPATCHING and _same(effect.lease_token, token)
     # The worker that parked an effect in awaiting_confirmation may report how it ended.
     follows_up = (
         effect.status == Status.AWAITING_CONFIRMATION
         and target in _FOLLOW_UP
-        and hmac.compare_digest(effect.outcome_token or "", token)
+        and _same(effect.outcome_token, token)
     )
     changes: dict[str, Any] = {"outcome_digest": digest, "outcome_token": token}
     if provider_ref:

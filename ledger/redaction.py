@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from ledger import jsonenc
@@ -28,7 +29,7 @@ _DIGIT_RUN = re.compile(r"(?<![\d])\d+(?:[ -]\d+)*(?![\d])")
 def luhn_valid(digits: str) -> bool:
     total = 0
     for index, char in enumerate(reversed(digits)):
-        value = ord(char) - 48
+        value = int(char)  # any Unicode decimal digit, not only ASCII
         if index % 2:
             value *= 2
             if value > 9:
@@ -70,7 +71,7 @@ def scrub_cards(text: str) -> str:
         if sum(ch.isdigit() for ch in run) < 13:
             continue
         for start, end in _card_spans(run):
-            digits = re.sub(r"\D", "", run[start:end])
+            digits = "".join(str(int(ch)) for ch in run[start:end] if ch.isdecimal())
             pieces.append(text[last : match.start() + start])
             pieces.append(redaction_token("card", digits))
             last = match.start() + end
@@ -78,6 +79,19 @@ def scrub_cards(text: str) -> str:
         return text
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+def _integral_digits(value: int | Decimal) -> str | None:
+    """The digits of a whole number (`4.111111111111111E+15` is one), else None."""
+    if isinstance(value, Decimal):
+        if (
+            not value.is_finite()
+            or value != value.to_integral_value()
+            or abs(value.adjusted()) > 19
+        ):
+            return None
+        value = int(value)
+    return str(abs(value))
 
 
 def _is_secret_name(name: str) -> bool:
@@ -123,10 +137,11 @@ class Redactor:
             out = {}
             for key, item in value.items():
                 child = (*path, str(key))
+                stored_key = scrub_cards(str(key))
                 if _is_secret_name(str(key)) and item is not None and not isinstance(item, bool):
-                    out[key] = self._tokenize(item)
+                    out[stored_key] = self._tokenize(item)
                 else:
-                    out[key] = self._walk(item, child)
+                    out[stored_key] = self._walk(item, child)
             return out
         if isinstance(value, list):
             return [self._walk(item, (*path, str(i))) for i, item in enumerate(value)]
@@ -137,9 +152,9 @@ class Redactor:
             return value
         if isinstance(value, str):
             return scrub_cards(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            digits = str(abs(value))
-            if 13 <= len(digits) <= 19 and luhn_valid(digits):
+        if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+            digits = _integral_digits(value)
+            if digits and 13 <= len(digits) <= 19 and luhn_valid(digits):
                 return redaction_token("card", digits)
         return value
 

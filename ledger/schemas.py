@@ -7,13 +7,19 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt
 
+from ledger.redaction import scrub_cards
 from ledger.states import Kind, Status
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
+# Worker labels chosen by agents are stored and shown; a card number in one is tokenized, the
+# same way every time, so filtering by the label still matches.
+Label = Annotated[str, Field(max_length=200), AfterValidator(scrub_cards)]
+ClaimId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(scrub_cards)]
 Reason = Annotated[str, Field(max_length=2000)]
-LeaseSeconds = Annotated[int, Field(ge=1, le=3600)]
+# Strict: "30" or true must not become a lease, "yes" must not become a claim.
+LeaseSeconds = Annotated[StrictInt, Field(ge=1, le=3600)]
 JsonObject = dict[str, Any]
 
 
@@ -38,15 +44,15 @@ class IntentIn(Input):
     effect_key: Annotated[str, Field(min_length=1, max_length=400)] | None = None
     depends_on: Annotated[list[uuid.UUID], Field(max_length=100)] = []
     provenance: ProvenanceIn | None = None
-    claim: bool = False
-    owner: Annotated[str, Field(max_length=200)] = ""
-    claim_id: Id | None = None
+    claim: StrictBool = False
+    owner: Label = ""
+    claim_id: ClaimId | None = None
     lease_seconds: LeaseSeconds | None = None
 
 
 class ClaimIn(Input):
-    owner: Annotated[str, Field(max_length=200)] = ""
-    claim_id: Id | None = None
+    owner: Label = ""
+    claim_id: ClaimId | None = None
     lease_seconds: LeaseSeconds | None = None
 
 
@@ -75,9 +81,9 @@ class CompensateIn(Input):
 
 
 class RecoveryIn(Input):
-    owner: Annotated[str, Field(max_length=200)] | None = None
+    owner: Label | None = None
     run_id: Id | None = None
-    dry_run: bool = False
+    dry_run: StrictBool = False
 
 
 class WebhookIn(Input):

@@ -47,7 +47,7 @@ def verify(provider: str, header: str, body: bytes) -> str:
     if abs(time.time() - timestamp) > settings.LEDGER_WEBHOOK_TOLERANCE:
         raise BadSignature("The signature's timestamp is outside the accepted window.")
     expected = sign(secret, timestamp, body).split("v1=", 1)[1]
-    if not hmac.compare_digest(expected, given):
+    if not hmac.compare_digest(expected.encode(), given.encode()):
         raise BadSignature("The signature does not match.")
     return expected
 
