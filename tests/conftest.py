@@ -19,6 +19,8 @@ from ledger.models import Agent, Effect, EffectEvent, Tool
 from ledger.toolfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
+# Sandbox providers as real subprocesses: payments_provider, messaging_provider, start_sandbox.
+pytest_plugins = ["tests.sandbox"]
 
 
 class AgentClient:
