@@ -112,14 +112,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
 REDIS_SOCKET_TIMEOUT = env_int("REDIS_SOCKET_TIMEOUT", 2, minimum=1)
+# django-rq builds URL connections with `from_url` alone, so the timeouts travel in the URL:
+# a Redis outage must fail fast, never hang a request whose write already committed.
+_sep = "&" if "?" in REDIS_URL else "?"
 RQ_QUEUES = {
     "default": {
-        "URL": REDIS_URL,
+        "URL": f"{REDIS_URL}{_sep}socket_timeout={REDIS_SOCKET_TIMEOUT}"
+        f"&socket_connect_timeout={REDIS_SOCKET_TIMEOUT}",
         "DEFAULT_TIMEOUT": 300,
-        "REDIS_CLIENT_KWARGS": {
-            "socket_timeout": REDIS_SOCKET_TIMEOUT,
-            "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
-        },
     },
 }
 
@@ -193,6 +193,15 @@ LEDGER_ESCALATE_AFTER = env_duration("LEDGER_ESCALATE_AFTER", "24h")
 LEDGER_BACKOFFICE_WINDOW = env_duration("LEDGER_BACKOFFICE_WINDOW", "7d")
 LEDGER_RETENTION = env_duration("LEDGER_RETENTION", "30d")
 LEDGER_RECOVERY_LIMIT = env_int("LEDGER_RECOVERY_LIMIT", 1000, minimum=1)
+# Reconciliation: how long a checker holds an effect, how long "not found" must wait after the
+# last dispatch to count as proof (tools may set their own settle_after), the backoff between
+# inconclusive lookups, and how many inconclusive lookups before a person is asked.
+LEDGER_CHECK_LEASE = env_int("LEDGER_CHECK_LEASE", 60, minimum=1)
+LEDGER_SETTLE_AFTER = env_duration("LEDGER_SETTLE_AFTER", "2m")
+LEDGER_BACKOFF_BASE = env_int("LEDGER_BACKOFF_BASE", 5, minimum=1)
+LEDGER_BACKOFF_CAP = env_int("LEDGER_BACKOFF_CAP", 900, minimum=1)
+LEDGER_MAX_CHECKS = env_int("LEDGER_MAX_CHECKS", 6, minimum=1)
+LEDGER_SWEEP_MINUTES = env_int("LEDGER_SWEEP_MINUTES", 1, minimum=1)
 # Webhook signing secrets per provider: "sandbox-pay:secret,other:secret".
 LEDGER_WEBHOOK_SECRETS = dict(
     item.split(":", 1) for item in env_list("LEDGER_WEBHOOK_SECRETS", []) if ":" in item

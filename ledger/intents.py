@@ -116,6 +116,7 @@ def record_intent(
             "idempotency_key": digests.idempotency_key(agent.id, intent.key),
             "status": Status.PLANNED,
             "attempt": 0,
+            "checks": 0,
             "max_attempts": policy.max_attempts,
             "lease_owner": "",
             "provider_ref": "",

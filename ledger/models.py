@@ -130,6 +130,13 @@ class Effect(models.Model):
     lease_seconds = models.PositiveIntegerField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     next_check_at = models.DateTimeField(null=True, blank=True)
+    # Inconclusive reconciliation attempts so far: drives the backoff, then review.
+    checks = models.PositiveIntegerField(default=0)
+    # When the effect last left `dispatching`: a provider's "not found" proves non-receipt only
+    # once the tool's settle_after has passed since then (a slow request may still land).
+    left_dispatch_at = models.DateTimeField(null=True, blank=True)
+    # awaiting_confirmation becomes unknown when nothing confirmed it by then.
+    confirm_deadline = models.DateTimeField(null=True, blank=True)
     provider_ref = models.CharField(max_length=500, blank=True)
     response = models.JSONField(
         null=True, blank=True, encoder=ExactJSONEncoder, decoder=ExactJSONDecoder
@@ -242,7 +249,8 @@ class EventKind(models.TextChoices):
     INTENT = "intent"
     TRANSITION = "transition"
     LATE_OUTCOME = "late_outcome"
-    NOTE = "note"
+    # A provider lookup and its answer, whatever it led to.
+    RECONCILIATION = "reconciliation"
 
 
 class EffectEvent(models.Model):

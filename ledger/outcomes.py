@@ -12,11 +12,13 @@ from ledger.errors import StaleLease
 from ledger.models import Effect, EventKind
 from ledger.states import OUTCOME_TARGETS, Status
 from ledger.tools import Policy
-from ledger.transitions import Superseded, lease_until, record_event, transition
+from ledger.transitions import SqlExpr, Superseded, record_event, seconds_from_now, transition
+from reconcilers.queue import wake
 from reviews.queue import open_review
 
 _FOLLOW_UP = frozenset({Status.CONFIRMED, Status.FAILED, Status.UNKNOWN})
 _DEFAULT_CONFIRM_WITHIN = 3600
+POLL_SECONDS = 30
 
 
 def _same(recorded: str | None, given: str) -> bool:
@@ -69,7 +71,14 @@ def record_outcome(
         changes["error"] = redact(error)
     if target == Status.AWAITING_CONFIRMATION:
         wait = policy.confirm_within.total_seconds() if policy.confirm_within else None
-        changes["next_check_at"] = lease_until(int(wait or _DEFAULT_CONFIRM_WITHIN))
+        changes["confirm_deadline"] = seconds_from_now(int(wait or _DEFAULT_CONFIRM_WITHIN))
+        # Poll soon where the provider can be asked; otherwise check at the deadline.
+        changes["next_check_at"] = (
+            seconds_from_now(POLL_SECONDS) if policy.has_lookup else changes["confirm_deadline"]
+        )
+    elif target == Status.UNKNOWN:
+        # Decide at once what may follow: a lookup, a retry under the same key, or a person.
+        changes["next_check_at"] = SqlExpr("now()")
     where: list[tuple[str, list[Any]]] = []
     if holds_lease:
         # Fencing: the token must still hold an unexpired lease by the database clock.
@@ -86,6 +95,8 @@ def record_outcome(
                 where=where,
                 data=_evidence(changes, status),
             )
+            if target == Status.UNKNOWN:
+                wake([moved.id])
             return moved, False
         except Superseded:
             effect = Effect.objects.get(pk=effect.pk)

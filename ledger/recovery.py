@@ -26,6 +26,7 @@ from ledger.models import Agent, Effect
 from ledger.states import INCOMPLETE, Status
 from ledger.tools import Policy, policies_for
 from ledger.transitions import Superseded, transition
+from reconcilers.queue import wake
 from reviews.models import Reason
 from reviews.queue import open_review
 
@@ -73,7 +74,7 @@ def decide(effect: Effect, policy: Policy, *, blocked: bool, now: datetime) -> D
     return Decision(REVIEW, "no_lookup", lost, Reason.NO_LOOKUP)
 
 
-def _database_now() -> datetime:
+def database_now() -> datetime:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         return cursor.fetchone()[0]
@@ -114,7 +115,7 @@ def recover(
     if run_id is not None:
         scope = scope.filter(run_id=run_id)
     effects = list(scope.filter(status__in=sorted(INCOMPLETE)).order_by("created_at", "id")[:limit])
-    now = _database_now()
+    now = database_now()
     policies = policies_for({e.tool for e in effects})
     blocked = _blocked_ids([e.id for e in effects])
     plan = [
@@ -123,14 +124,14 @@ def recover(
     if not dry_run:
         actor = f"agent:{agent.name} (recovery)"
         for item in plan:
-            item.effect = _apply(item.effect, item.decision, actor)
+            item.effect = apply_decision(item.effect, item.decision, actor)
     counts = {
         row["status"]: row["n"] for row in scope.values("status").annotate(n=Count("id")).order_by()
     }
     return plan, counts
 
 
-def _apply(effect: Effect, decision: Decision, actor: str) -> Effect:
+def apply_decision(effect: Effect, decision: Decision, actor: str) -> Effect:
     try:
         if decision.move_to and effect.status != decision.move_to:
             effect = transition(
@@ -145,7 +146,9 @@ def _apply(effect: Effect, decision: Decision, actor: str) -> Effect:
         return Effect.objects.get(pk=effect.pk)
     if decision.review:
         open_review(effect.id, decision.review)
-    if decision.action == RECONCILE and effect.next_check_at is None:
-        # The reconciliation worker's queue of record (DESIGN.md, "Work queues").
+    if decision.action == RECONCILE:
+        # The reconciliation worker's queue of record (DESIGN.md, "Work queues"), then a
+        # wake-up so that a worker asks the provider now rather than at the next sweep.
         Effect.objects.filter(pk=effect.pk, next_check_at__isnull=True).update(next_check_at=Now())
+        wake([effect.id])
     return effect

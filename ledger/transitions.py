@@ -45,7 +45,7 @@ class SqlExpr:
     params: tuple[Any, ...] = ()
 
 
-def lease_until(seconds: int) -> SqlExpr:
+def seconds_from_now(seconds: float) -> SqlExpr:
     return SqlExpr("now() + make_interval(secs => %s)", (seconds,))
 
 
@@ -267,7 +267,7 @@ def claim(
                     "lease_token": secrets.token_urlsafe(24),
                     "claim_id": claim_id,
                     "lease_seconds": lease_seconds,
-                    "lease_expires_at": lease_until(lease_seconds),
+                    "lease_expires_at": seconds_from_now(lease_seconds),
                 },
                 where=[("attempt < max_attempts", [])],
                 data={"owner": owner, "claim_id": claim_id, "lease_seconds": lease_seconds},

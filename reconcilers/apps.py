@@ -1,6 +1,18 @@
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
+from django.db.models.signals import post_migrate
+
+
+def _ensure_schedules(**kwargs: object) -> None:
+    from reconcilers.schedules import ensure_schedules
+
+    ensure_schedules()
 
 
 class ReconcilersConfig(AppConfig):
     name = "reconcilers"
     verbose_name = "Reconcilers"
+
+    def ready(self) -> None:
+        # Schedules live in code; every migrate makes the database agree (idempotently). The
+        # signal is sent per app with models: hang it on django_q, which owns the table.
+        post_migrate.connect(_ensure_schedules, sender=apps.get_app_config("django_q"))

@@ -12,6 +12,8 @@ class Reason(models.TextChoices):
     INCONCLUSIVE = "reconciliation_inconclusive", "Reconciliation inconclusive"
     STALE = "unresolved_past_window", "Unresolved past the window"
     POSSIBLE_DUPLICATE = "possible_duplicate", "Possible duplicate"
+    MISMATCH = "provider_mismatch", "Provider record differs from the request"
+    NOT_FOUND_UNPROVEN = "not_found_unproven", "Not found, but the provider ignores keys"
     COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
     COMPENSATION_UNKNOWN = "compensation_unknown", "Compensation outcome unknown"
 

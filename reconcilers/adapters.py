@@ -1,0 +1,93 @@
+"""The provider adapter interface, and the registry that picks one by tool configuration.
+
+An adapter answers one question after a crash: did the provider do this effect? `lookup`
+returns found (with the provider's reference and what it recorded), not found, or
+inconclusive. It never raises for anything the provider says or fails to say: timeouts, 5xx,
+garbage and answers that do not echo our key are all inconclusive. Adapters are called outside
+any database transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, ClassVar, Literal, Protocol
+
+from ledger.models import Effect, Tool
+
+FOUND, NOT_FOUND, INCONCLUSIVE = "found", "not_found", "inconclusive"
+
+
+@dataclass(frozen=True)
+class Lookup:
+    outcome: Literal["found", "not_found", "inconclusive"]
+    detail: str = ""
+    provider_ref: str = ""
+    # Only for `found`: "confirmed", "failed" or "pending" as the provider sees it.
+    status: str = ""
+    # Only for `found`: where what the provider recorded differs from our request.
+    mismatches: tuple[str, ...] = ()
+    answer: Any = None
+
+    def evidence(self) -> dict[str, Any]:
+        """What the event log keeps of this answer."""
+        return {
+            "outcome": self.outcome,
+            "detail": self.detail[:500],
+            "provider_ref": self.provider_ref,
+            "status": self.status,
+            "mismatches": list(self.mismatches),
+        }
+
+
+def found(ref: str, status: str, mismatches: list[str] | None = None, answer: Any = None) -> Lookup:
+    return Lookup(
+        FOUND, provider_ref=ref, status=status, mismatches=tuple(mismatches or ()), answer=answer
+    )
+
+
+def not_found(detail: str = "") -> Lookup:
+    return Lookup(NOT_FOUND, detail=detail)
+
+
+def inconclusive(detail: str) -> Lookup:
+    return Lookup(INCONCLUSIVE, detail=detail)
+
+
+class Adapter(Protocol):
+    name: ClassVar[str]
+
+    def lookup(self, effect: Effect) -> Lookup: ...
+
+
+@dataclass
+class Manual:
+    """A tool nobody can ask: every uncertain effect goes to a person."""
+
+    name: ClassVar[str] = "manual"
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def lookup(self, effect: Effect) -> Lookup:
+        return inconclusive("this tool has no lookup; a person must decide")
+
+
+def same_amount(ours: Any, theirs: Any) -> bool:
+    try:
+        return Decimal(str(ours)) == Decimal(str(theirs))
+    except (InvalidOperation, ValueError):
+        return False
+
+
+def adapter_for(tool: Tool | None) -> Adapter:
+    """The adapter a tool's `reconciler` names, configured by its `reconciler_config`."""
+    from reconcilers.http_lookup import HttpLookup
+    from reconcilers.payments import SandboxPayments
+
+    registry: dict[str, type] = {
+        SandboxPayments.name: SandboxPayments,
+        HttpLookup.name: HttpLookup,
+        Manual.name: Manual,
+    }
+    if tool is None or tool.reconciler not in registry:
+        return Manual()
+    return registry[tool.reconciler](config=dict(tool.reconciler_config or {}))

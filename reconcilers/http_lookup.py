@@ -1,0 +1,79 @@
+"""A generic lookup for providers with a search-by-reference endpoint.
+
+Configured per tool, e.g. in tools.toml:
+
+    reconciler = "http_lookup"
+    reconciler_config = { url = "http://tickets.internal/search?ref={idempotency_key}",
+                          records = "data", key = "reference", status = "state",
+                          ref = "id", confirmed = ["open", "closed"], failed = ["rejected"] }
+
+`records` is a dotted path to the list of matches in the JSON answer; each match must echo our
+key at `key`, otherwise the answer proves nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+import httpx
+
+from ledger.models import Effect
+from reconcilers.adapters import Lookup, found, inconclusive, not_found
+
+
+def _at(value: Any, path: str) -> Any:
+    for part in [p for p in path.split(".") if p]:
+        if isinstance(value, dict):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdecimal() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+@dataclass
+class HttpLookup:
+    name: ClassVar[str] = "http_lookup"
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def lookup(self, effect: Effect) -> Lookup:
+        template = self.config.get("url")
+        if not isinstance(template, str) or "{idempotency_key}" not in template:
+            return inconclusive("http_lookup needs a url template with {idempotency_key}")
+        url = template.replace("{idempotency_key}", quote(effect.idempotency_key, safe=""))
+        try:
+            response = httpx.get(url, timeout=float(self.config.get("timeout", 5)), trust_env=False)
+        except httpx.HTTPError as exc:
+            return inconclusive(f"provider unreachable: {type(exc).__name__}")
+        if response.status_code == 404 and self.config.get("not_found_on_404", True):
+            return not_found("provider answered 404")
+        if response.status_code != 200:
+            return inconclusive(f"provider answered {response.status_code}")
+        try:
+            records = _at(response.json(), self.config.get("records", "data"))
+        except ValueError:
+            return inconclusive("provider answered something that is not JSON")
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            return inconclusive("provider answer has no list of records")
+        key_path = self.config.get("key", "idempotency_key")
+        if any(_at(r, key_path) != effect.idempotency_key for r in records):
+            return inconclusive("provider answer does not echo our key")
+        if not records:
+            return not_found("no record with our key")
+        if len(records) > 1:
+            return inconclusive(f"provider holds {len(records)} records under one key")
+        record = records[0]
+        state = _at(record, self.config.get("status", "status"))
+        ref = _at(record, self.config.get("ref", "id"))
+        if state in self.config.get("confirmed", ["confirmed", "succeeded"]):
+            status = "confirmed"
+        elif state in self.config.get("failed", ["failed"]):
+            status = "failed"
+        else:
+            status = "pending"
+        if not isinstance(ref, (str, int)):
+            return inconclusive("provider record lacks a reference")
+        return found(str(ref), status, answer=record)

@@ -1,0 +1,25 @@
+"""rq jobs: idempotent wake-ups. Each only asks the reconciler to check effects that the ledger
+says are due; running one twice, or late, does no harm."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import close_old_connections
+
+from reconcilers.reconcile import process_next, process_one
+
+
+def check_effects(effect_ids: Iterable[str]) -> int:
+    """Check each named effect that is still due. Returns how many this job checked."""
+    close_old_connections()  # a long-lived, non-forking worker may hold a dead connection
+    return sum(process_one(effect_id) for effect_id in effect_ids)
+
+
+def drain(limit: int = 500) -> int:
+    """Check up to `limit` due effects, most overdue first (a batched job)."""
+    close_old_connections()
+    done = 0
+    while done < limit and process_next():
+        done += 1
+    return done

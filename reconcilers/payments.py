@@ -1,0 +1,77 @@
+"""Adapter for card-payment providers shaped like the sandbox (and Stripe): charges and refunds
+found by idempotency key, checked against what we asked for before they count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import httpx
+
+from ledger.models import Effect
+from reconcilers.adapters import Lookup, found, inconclusive, not_found, same_amount
+
+DEFAULT_TIMEOUT = 5.0
+_PROVIDER_STATUS = {"succeeded": "confirmed", "pending": "pending", "failed": "failed"}
+
+
+@dataclass
+class SandboxPayments:
+    name: ClassVar[str] = "sandbox_payments"
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return str(self.config.get("base_url") or "").rstrip("/")
+
+    def _collection(self, effect: Effect) -> str:
+        return "refunds" if "charge" in (effect.request or {}) else "charges"
+
+    def lookup(self, effect: Effect) -> Lookup:
+        if not self.base_url:
+            return inconclusive("no base_url configured for the payments provider")
+        collection = self._collection(effect)
+        try:
+            response = httpx.get(
+                f"{self.base_url}/{collection}",
+                params={"idempotency_key": effect.idempotency_key},
+                timeout=float(self.config.get("timeout", DEFAULT_TIMEOUT)),
+                trust_env=False,
+            )
+        except httpx.HTTPError as exc:
+            return inconclusive(f"provider unreachable: {type(exc).__name__}")
+        if response.status_code != 200:
+            return inconclusive(f"provider answered {response.status_code}")
+        try:
+            body = response.json()
+        except ValueError:
+            return inconclusive("provider answered something that is not JSON")
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            return inconclusive("provider answer has no list of records")
+        if any(item.get("idempotency_key") != effect.idempotency_key for item in data):
+            # A provider that ignores the key filter (or keys altogether) lists other records:
+            # nothing here proves or disproves that ours arrived.
+            return inconclusive("provider answer does not echo our idempotency key")
+        if not data:
+            return not_found(f"no {collection[:-1]} with our idempotency key")
+        if len(data) > 1:
+            return inconclusive(f"provider holds {len(data)} records under one key")
+        return self._judge(effect, data[0], collection)
+
+    def _judge(self, effect: Effect, record: dict[str, Any], collection: str) -> Lookup:
+        ref, status = record.get("id"), _PROVIDER_STATUS.get(str(record.get("status")))
+        if not isinstance(ref, str) or not ref or status is None:
+            return inconclusive("provider record lacks an id or a known status")
+        request = effect.request or {}
+        mismatches = []
+        if "amount" in request and not same_amount(request["amount"], record.get("amount")):
+            mismatches.append("amount")
+        if collection == "charges":
+            if str(request.get("currency", "")).upper() != str(record.get("currency", "")).upper():
+                mismatches.append("currency")
+            if effect.target != record.get("account"):
+                mismatches.append("target")
+        elif request.get("charge") != record.get("charge"):
+            mismatches.append("charge")
+        return found(ref, status, mismatches, answer=record)

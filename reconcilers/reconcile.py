@@ -1,0 +1,253 @@
+"""Reconciliation: deciding what happened to an effect whose outcome nobody reported.
+
+The database is the queue of record: an effect that needs checking carries `next_check_at`. A
+checker takes it with a conditional UPDATE that pushes `next_check_at` a check-lease ahead (so
+any number of workers can run side by side, and a checker that dies only delays the effect),
+asks the provider *outside* any transaction, then records the answer and its consequence in
+one transaction. A transition loses, harmlessly, to anyone who moved the effect meanwhile.
+
+What an answer leads to (DESIGN.md, "Recovery"):
+
+| answer                  | then                                                                |
+| ----------------------- | ------------------------------------------------------------------- |
+| found, matches request  | confirmed / failed as the provider says; pending → awaiting         |
+| found, differs          | unknown, review (provider_mismatch)                                 |
+| not found, honours key  | after settle_after: planned while attempts remain, else failed      |
+| not found, lookup only  | unknown, review (not_found_unproven)                                |
+| inconclusive            | unknown, retried with backoff and jitter, then review               |
+| (no lookup at all)      | the capability table in ledger.recovery                            |
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from ledger.models import Effect, EventKind, Tool
+from ledger.recovery import apply_decision, database_now, decide
+from ledger.states import Status
+from ledger.tools import Policy
+from ledger.transitions import Superseded, record_event, seconds_from_now, transition
+from reconcilers.adapters import FOUND, NOT_FOUND, Lookup, adapter_for
+from reviews.models import Reason
+from reviews.queue import open_review
+
+log = logging.getLogger(__name__)
+
+ACTOR = "system:reconciler"
+_TABLE = Effect._meta.db_table
+# Due for a check: the effect says so, and a dispatching one's lease has run out.
+_DUE = (
+    "status IN ('dispatching', 'awaiting_confirmation', 'unknown') AND next_check_at <= now() "
+    "AND (status <> 'dispatching' OR lease_expires_at <= now())"
+)
+
+
+def _take(sql: str, params: list[Any]) -> Effect | None:
+    rows = list(Effect.objects.raw(sql, params))
+    return rows[0] if rows else None
+
+
+def take(effect_id: Any) -> Effect | None:
+    """Take one named effect for checking, if it is due and nobody else has it."""
+    return _take(
+        f"UPDATE {_TABLE} SET next_check_at = now() + make_interval(secs => %s) "
+        f"WHERE id = %s AND {_DUE} RETURNING *",
+        [settings.LEDGER_CHECK_LEASE, effect_id],
+    )
+
+
+def take_next() -> Effect | None:
+    """Take the most overdue effect; SKIP LOCKED lets concurrent checkers pass each other."""
+    return _take(
+        f"UPDATE {_TABLE} SET next_check_at = now() + make_interval(secs => %s) "
+        f"WHERE id = (SELECT id FROM {_TABLE} WHERE {_DUE} "
+        f"ORDER BY next_check_at LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *",
+        [settings.LEDGER_CHECK_LEASE],
+    )
+
+
+def process_one(effect_id: Any) -> bool:
+    """Check one effect if it is due. Returns whether this call did the check."""
+    effect = take(effect_id)
+    if effect is None:
+        return False
+    check(effect)
+    return True
+
+
+def process_next() -> bool:
+    effect = take_next()
+    if effect is None:
+        return False
+    check(effect)
+    return True
+
+
+def check(effect: Effect) -> None:
+    tool = Tool.objects.filter(name=effect.tool).first()
+    policy = Policy.from_tool(tool) if tool else Policy.unsafe(effect.tool)
+    now = database_now()
+    if not policy.has_lookup:
+        _without_lookup(effect, policy, now)
+        return
+    answer = adapter_for(tool).lookup(effect)  # the network call: no transaction is open
+    try:
+        with transaction.atomic():
+            record_event(
+                effect.id,
+                kind=EventKind.RECONCILIATION,
+                actor=ACTOR,
+                from_status=effect.status,
+                to_status=effect.status,
+                reason=answer.outcome,
+                data=answer.evidence(),
+            )
+            _apply(effect, policy, answer, now)
+    except Superseded:
+        log.info("effect %s changed while it was being checked; leaving it", effect.id)
+
+
+def _without_lookup(effect: Effect, policy: Policy, now: datetime) -> None:
+    """Nobody can be asked: awaiting effects time out, the rest follow the capability table."""
+    try:
+        with transaction.atomic():
+            if effect.status == Status.AWAITING_CONFIRMATION:
+                if effect.confirm_deadline and effect.confirm_deadline > now:
+                    _reschedule(effect, effect.confirm_deadline)
+                    return
+                effect = transition(effect, Status.UNKNOWN, actor=ACTOR, reason="confirm_timeout")
+            effect = apply_decision(effect, decide(effect, policy, blocked=False, now=now), ACTOR)
+            _reschedule(effect, None)
+    except Superseded:
+        log.info("effect %s changed while it was being checked; leaving it", effect.id)
+
+
+def _apply(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
+    if answer.outcome == FOUND:
+        _found(effect, policy, answer, now)
+    elif answer.outcome == NOT_FOUND and effect.status != Status.AWAITING_CONFIRMATION:
+        _not_found(effect, policy, answer, now)
+    else:
+        _inconclusive(effect, answer, now)
+
+
+def _found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
+    evidence = {"provider_ref": answer.provider_ref, "lookup": answer.evidence()}
+    if answer.mismatches:
+        _to_unknown(effect, "provider_mismatch")
+        open_review(effect.id, Reason.MISMATCH)
+        _reschedule(effect, None)
+        return
+    if answer.status in ("confirmed", "failed"):
+        changes: dict[str, Any] = {"provider_ref": policy.redactor.text(answer.provider_ref)}
+        if answer.answer is not None:
+            changes["response"] = policy.redactor(answer.answer)
+        transition(
+            effect,
+            Status(answer.status),
+            actor=ACTOR,
+            reason="found_at_provider",
+            changes=changes,
+            data=evidence,
+        )
+        return
+    # Pending at the provider: it has the request and will decide.
+    if effect.status == Status.DISPATCHING:
+        wait = policy.confirm_within or timedelta(hours=1)
+        transition(
+            effect,
+            Status.AWAITING_CONFIRMATION,
+            actor=ACTOR,
+            reason="pending_at_provider",
+            changes={
+                "provider_ref": policy.redactor.text(answer.provider_ref),
+                "confirm_deadline": seconds_from_now(wait.total_seconds()),
+                "next_check_at": seconds_from_now(_backoff(0)),
+            },
+            data=evidence,
+        )
+    else:
+        _inconclusive(effect, answer, now)
+
+
+def _not_found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
+    if not policy.honours_key:
+        # A provider that ignores keys may hold our request under another name.
+        _to_unknown(effect, "not_found_unproven")
+        open_review(effect.id, Reason.NOT_FOUND_UNPROVEN)
+        _reschedule(effect, None)
+        return
+    sent_until = effect.left_dispatch_at or effect.lease_expires_at or now
+    settled_at = sent_until + (
+        policy.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER)
+    )
+    if now < settled_at:
+        # A slow request may still land; ask again once it could no longer.
+        _reschedule(effect, settled_at)
+        return
+    if effect.attempt < effect.max_attempts:
+        transition(
+            effect,
+            Status.PLANNED,
+            actor=ACTOR,
+            reason="never_received",
+            changes={"next_check_at": None, "checks": 0},
+            data={"lookup": answer.evidence()},
+        )
+    else:
+        transition(
+            effect,
+            Status.FAILED,
+            actor=ACTOR,
+            reason="never_sent",
+            data={"lookup": answer.evidence()},
+        )
+
+
+def _inconclusive(effect: Effect, answer: Lookup, now: datetime) -> None:
+    if effect.status == Status.AWAITING_CONFIRMATION:
+        if effect.confirm_deadline and effect.confirm_deadline > now:
+            _reschedule(effect, now + timedelta(seconds=_backoff(0)))
+            return
+        effect = transition(effect, Status.UNKNOWN, actor=ACTOR, reason="confirm_timeout")
+    elif effect.status == Status.DISPATCHING:
+        # A lost response is unknown, never failed.
+        effect = transition(effect, Status.UNKNOWN, actor=ACTOR, reason="lease_expired")
+    checks = effect.checks + 1
+    if checks >= settings.LEDGER_MAX_CHECKS:
+        open_review(effect.id, Reason.INCONCLUSIVE)
+        _reschedule(effect, None, checks=checks)
+    else:
+        _reschedule(effect, now + timedelta(seconds=_backoff(checks)), checks=checks)
+
+
+def _to_unknown(effect: Effect, reason: str) -> Effect:
+    if effect.status in (Status.DISPATCHING, Status.AWAITING_CONFIRMATION):
+        return transition(effect, Status.UNKNOWN, actor=ACTOR, reason=reason)
+    return effect
+
+
+def _backoff(checks: int) -> float:
+    """Exponential backoff with jitter, so that a provider outage is not met by a stampede."""
+    ceiling = min(settings.LEDGER_BACKOFF_CAP, settings.LEDGER_BACKOFF_BASE * 2**checks)
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def _reschedule(effect: Effect, when: datetime | None, *, checks: int | None = None) -> None:
+    """Set the next check (None: no more automatic checks) unless the effect moved on."""
+    fields = ["next_check_at = %s"]
+    params: list[Any] = [when]
+    if checks is not None:
+        fields.append("checks = %s")
+        params.append(checks)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET {', '.join(fields)} WHERE id = %s AND version = %s",
+            [*params, effect.id, effect.version],
+        )

@@ -1,0 +1,85 @@
+"""django-q2 schedules: thin, set-based sweeps over the ledger, declared here and ensured
+idempotently after every migrate (they show in the admin under "Scheduled tasks")."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import connection
+
+from ledger.models import Effect
+from reconcilers.queue import enqueue_now
+
+log = logging.getLogger(__name__)
+
+_TABLE = Effect._meta.db_table
+# Due checks are re-enqueued in jobs of this many ids.
+BATCH = 200
+REDRIVE_LIMIT = 20_000
+
+
+def queue_expired_leases() -> int:
+    """Dispatching effects whose lease ran out enter reconciliation, in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET next_check_at = lease_expires_at "
+            f"WHERE status = 'dispatching' AND lease_expires_at <= now() "
+            f"AND next_check_at IS NULL"
+        )
+        return cursor.rowcount
+
+
+def redrive_due() -> int:
+    """Enqueue wake-ups for every due check: whatever Redis lost is driven again from the
+    ledger. A job for an effect that another worker already took does nothing."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {_TABLE} "
+            f"WHERE status IN ('dispatching', 'awaiting_confirmation', 'unknown') "
+            f"AND next_check_at <= now() ORDER BY next_check_at LIMIT %s",
+            [REDRIVE_LIMIT],
+        )
+        ids = [str(row[0]) for row in cursor.fetchall()]
+    for start in range(0, len(ids), BATCH):
+        if not enqueue_now(ids[start : start + BATCH]):
+            break
+    return len(ids)
+
+
+def sweep() -> dict[str, int]:
+    """Expired leases into reconciliation, then wake-ups for everything due."""
+    result = {"expired_leases": queue_expired_leases(), "redriven": redrive_due()}
+    log.info("reconciliation sweep: %s", result)
+    return result
+
+
+SCHEDULES = {
+    "reconciliation-sweep": {
+        "func": "reconcilers.schedules.sweep",
+        "minutes": settings.LEDGER_SWEEP_MINUTES,
+    },
+    "escalation": {
+        "func": "reviews.escalation.escalate",
+        "minutes": settings.LEDGER_SWEEP_MINUTES,
+    },
+}
+
+
+def ensure_schedules() -> None:
+    """Create or update the schedules declared above (catch_up is off cluster-wide) and
+    remove schedules this module no longer declares."""
+    from django_q.models import Schedule
+
+    Schedule.objects.filter(func__startswith="reconcilers.").exclude(name__in=SCHEDULES).delete()
+    Schedule.objects.filter(func__startswith="reviews.").exclude(name__in=SCHEDULES).delete()
+    for name, spec in SCHEDULES.items():
+        Schedule.objects.update_or_create(
+            name=name,
+            defaults={
+                "func": spec["func"],
+                "schedule_type": Schedule.MINUTES,
+                "minutes": spec["minutes"],
+                "repeats": -1,
+            },
+        )
