@@ -211,13 +211,29 @@ def _venv_tool(name: str) -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", name]
 
 
-def sandbox_services() -> list[Service]:
-    """Fake third-party providers (payments, mail, ...) for the demo tools to call.
+SANDBOX_PAYMENTS_PORT = 8101  # tools.toml points charge_card and refund_card here
+SANDBOX_MESSAGING_PORT = 8102
 
-    Add sandbox providers here as further `Service`s; `run` starts and supervises them with the
-    rest and passes them the same environment.
-    """
-    return []
+
+def sandbox_services(host: str, port: int) -> list[Service]:
+    """The sandbox providers the demo tools call: card payments (keys, lookup, signed webhooks
+    back to this ledger) and messaging (no keys, no lookup). The webhook secret reaches the
+    payments sandbox through LEDGER_WEBHOOK_SECRETS in its environment, not its argv."""
+    sandbox = [sys.executable, "-m"]
+    return [
+        Service(
+            "sandbox-payments",
+            [
+                *sandbox, "reconcilers.sandbox.payments",
+                "--port", str(SANDBOX_PAYMENTS_PORT),
+                "--webhook-url", f"http://{_bracket(host)}:{port}/api/v1/webhooks/sandbox-pay",
+            ],
+        ),
+        Service(
+            "sandbox-messaging",
+            [*sandbox, "reconcilers.sandbox.messaging", "--port", str(SANDBOX_MESSAGING_PORT)],
+        ),
+    ]  # fmt: skip
 
 
 def app_services(host: str, port: int) -> list[Service]:
@@ -234,9 +250,14 @@ def app_services(host: str, port: int) -> list[Service]:
         # Its default, ~/.gunicorn/gunicorn.ctl, is shared by every gunicorn of the user.
         gunicorn += ["--control-socket", str(VAR / f"gunicorn-{port}.ctl")]
     return [
-        *sandbox_services(),
+        *sandbox_services(host, port),
         Service("gunicorn", gunicorn),
-        Service("rqworker", manage("rqworker", "default", "--with-scheduler")),
+        # Non-forking: a wake-up job is a few queries and one provider call, so forking per
+        # job would cost more than the job.
+        Service(
+            "rqworker",
+            manage("rqworker", "default", "--with-scheduler", "--worker-class", "rq.SimpleWorker"),
+        ),
         Service("qcluster", manage("qcluster")),
     ]
 
