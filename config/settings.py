@@ -97,7 +97,9 @@ DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL"),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 600, minimum=0),
-        conn_health_checks=True,
+        # Off by default: it costs a round trip per request, and a dead connection is found by
+        # the request's first query anyway (503, then a fresh connection).
+        conn_health_checks=env_bool("DATABASE_HEALTH_CHECKS", False),
     )
 }
 if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
@@ -192,6 +194,8 @@ LEDGER_DEFAULT_MAX_ATTEMPTS = env_int("LEDGER_DEFAULT_MAX_ATTEMPTS", 3, minimum=
 LEDGER_ESCALATE_AFTER = env_duration("LEDGER_ESCALATE_AFTER", "24h")
 LEDGER_BACKOFFICE_WINDOW = env_duration("LEDGER_BACKOFFICE_WINDOW", "7d")
 LEDGER_RETENTION = env_duration("LEDGER_RETENTION", "30d")
+LEDGER_TOOL_CACHE_SECONDS = env_int("LEDGER_TOOL_CACHE_SECONDS", 5, minimum=0)
+LEDGER_KEY_CACHE_SECONDS = env_int("LEDGER_KEY_CACHE_SECONDS", 5, minimum=0)
 LEDGER_RECOVERY_LIMIT = env_int("LEDGER_RECOVERY_LIMIT", 1000, minimum=1)
 # Reconciliation: how long a checker holds an effect, how long "not found" must wait after the
 # last dispatch to count as proof (tools may set their own settle_after), the backoff between

@@ -109,7 +109,10 @@ class Effect(models.Model):
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="effects")
+    # Indexed through effect_agent_key_uniq and the other (agent, …) indexes.
+    agent = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, related_name="effects", db_index=False
+    )
     effect_key = models.CharField(max_length=400)
     run_id = models.CharField(max_length=200)
     step_id = models.CharField(max_length=200)
@@ -148,8 +151,14 @@ class Effect(models.Model):
     # repeated outcome is recognised after the lease has been cleared.
     outcome_digest = models.CharField(max_length=80, blank=True)
     outcome_token = models.CharField(max_length=64, blank=True)
+    # Indexed through effect_parent_idx (partial: most effects have no parent).
     parent = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="children"
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="children",
+        db_index=False,
     )
     provenance = models.JSONField(
         default=dict, blank=True, encoder=ExactJSONEncoder, decoder=ExactJSONDecoder
@@ -228,8 +237,11 @@ class Effect(models.Model):
 class EffectDependency(models.Model):
     """`downstream` may not be claimed until `upstream` is confirmed."""
 
-    downstream = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="+")
-    upstream = models.ForeignKey(Effect, on_delete=models.PROTECT, related_name="+")
+    # Both indexed through the constraints and indexes below.
+    downstream = models.ForeignKey(
+        Effect, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    upstream = models.ForeignKey(Effect, on_delete=models.PROTECT, related_name="+", db_index=False)
 
     class Meta:
         constraints = [
@@ -256,7 +268,10 @@ class EventKind(models.TextChoices):
 class EffectEvent(models.Model):
     """One row per state change of an effect: the history. Append-only in PostgreSQL."""
 
-    effect = models.ForeignKey(Effect, on_delete=models.PROTECT, related_name="events")
+    # Indexed through event_timeline_idx (effect, id).
+    effect = models.ForeignKey(
+        Effect, on_delete=models.PROTECT, related_name="events", db_index=False
+    )
     kind = models.CharField(max_length=16, choices=EventKind.choices)
     actor = models.CharField(max_length=200)
     from_status = models.CharField(max_length=32, blank=True)

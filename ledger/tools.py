@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models.signals import post_delete, post_save
 
 from ledger.models import Tool
 from ledger.redaction import Redactor
@@ -69,11 +71,29 @@ class Policy:
         )
 
 
+# Tools change rarely and every request reads one: each process keeps policies for a few
+# seconds. A change through the ORM (admin, loadtools) clears this process's copy at once;
+# other processes see it within LEDGER_TOOL_CACHE_SECONDS.
+_cache: dict[str, tuple[float, Policy]] = {}
+
+
+def forget_policies(**kwargs: object) -> None:
+    _cache.clear()
+
+
 def policy_for(name: str) -> Policy:
+    hit = _cache.get(name)
+    if hit and hit[0] > time.monotonic():
+        return hit[1]
     tool = Tool.objects.filter(name=name).first()
-    return Policy.from_tool(tool) if tool else Policy.unsafe(name)
+    policy = Policy.from_tool(tool) if tool else Policy.unsafe(name)
+    _cache[name] = (time.monotonic() + settings.LEDGER_TOOL_CACHE_SECONDS, policy)
+    return policy
 
 
 def policies_for(names: set[str]) -> dict[str, Policy]:
-    found = {t.name: Policy.from_tool(t) for t in Tool.objects.filter(name__in=names)}
-    return {name: found.get(name) or Policy.unsafe(name) for name in names}
+    return {name: policy_for(name) for name in names}
+
+
+post_save.connect(forget_policies, sender=Tool)
+post_delete.connect(forget_policies, sender=Tool)

@@ -54,7 +54,8 @@ def _update(
     to: Status,
     changes: Mapping[str, Any],
     where: Sequence[tuple[str, Sequence[Any]]] = (),
-) -> Effect:
+) -> Effect | None:
+    """The conditional UPDATE; None when the row no longer matches (someone else won)."""
     sets = ["status = %s", "version = version + 1", "updated_at = now()"]
     params: list[Any] = [str(to)]
     for column, value in changes.items():
@@ -74,9 +75,7 @@ def _update(
         f"UPDATE {_EFFECT_TABLE} SET {', '.join(sets)} WHERE {' AND '.join(conditions)} RETURNING *"
     )
     rows = list(Effect.objects.raw(sql, params))
-    if not rows:
-        raise Superseded(effect.id)
-    return rows[0]
+    return rows[0] if rows else None
 
 
 def record_event(
@@ -125,21 +124,37 @@ def transition(
     columns: dict[str, Any] = dict(changes or {})
     if effect.status == Status.DISPATCHING:
         # Leaving dispatching clears the lease: no token can write after this.
-        columns.update(lease_token=None, claim_id=None, lease_expires_at=None, lease_seconds=None)
+        columns.update(
+            lease_token=None,
+            claim_id=None,
+            lease_expires_at=None,
+            lease_seconds=None,
+            # The last moment a request could have left: the report, or the lease's end.
+            left_dispatch_at=SqlExpr("LEAST(now(), lease_expires_at)"),
+        )
     if to in _RESOLVING:
         columns.update(resolved_at=SqlExpr("now()"), next_check_at=None)
-    with transaction.atomic():
+    # No savepoint (they cost round trips on the hot path): refusals are raised outside the
+    # block, so an exception inside it is a real failure and the outer transaction, if any,
+    # is the unit that rolls back.
+    with transaction.atomic(savepoint=False):
         moved = _update(effect, to, columns, where)
-        record_event(
-            moved.id,
-            kind=EventKind.TRANSITION,
-            actor=actor,
-            from_status=effect.status,
-            to_status=to,
-            reason=reason,
-            data=data,
-        )
-        _follow_on(moved, actor=actor)
+        if moved is None:
+            superseded = True
+        else:
+            superseded = False
+            record_event(
+                moved.id,
+                kind=EventKind.TRANSITION,
+                actor=actor,
+                from_status=effect.status,
+                to_status=to,
+                reason=reason,
+                data=data,
+            )
+            _follow_on(moved, actor=actor)
+    if superseded or moved is None:
+        raise Superseded(effect.id)
     return moved
 
 
@@ -251,32 +266,40 @@ def claim(
             attempt=effect.attempt,
             max_attempts=effect.max_attempts,
         )
-    with transaction.atomic():
+    moved: Effect | None = None
+    with transaction.atomic(savepoint=False):
         waiting = blocked_by(effect.id, lock=True)
-        if waiting:
-            raise Blocked("Upstream effects are not confirmed yet.", blocked_by=waiting)
-        try:
-            moved = transition(
-                effect,
-                Status.DISPATCHING,
-                actor=actor,
-                reason="claimed",
-                changes={
-                    "attempt": SqlExpr("attempt + 1"),
-                    "lease_owner": owner,
-                    "lease_token": secrets.token_urlsafe(24),
-                    "claim_id": claim_id,
-                    "lease_seconds": lease_seconds,
-                    "lease_expires_at": seconds_from_now(lease_seconds),
-                },
-                where=[("attempt < max_attempts", [])],
-                data={"owner": owner, "claim_id": claim_id, "lease_seconds": lease_seconds},
-            )
-        except Superseded:
-            raise InvalidTransition(
-                "The effect was claimed or changed by someone else first."
-            ) from None
+        if not waiting:
+            moved = _claim(effect, owner, claim_id, lease_seconds, actor)
+    if waiting:
+        raise Blocked("Upstream effects are not confirmed yet.", blocked_by=waiting)
+    if moved is None:
+        raise InvalidTransition("The effect was claimed or changed by someone else first.")
     return moved, False
+
+
+def _claim(
+    effect: Effect, owner: str, claim_id: str | None, lease_seconds: int, actor: str
+) -> Effect | None:
+    try:
+        return transition(
+            effect,
+            Status.DISPATCHING,
+            actor=actor,
+            reason="claimed",
+            changes={
+                "attempt": SqlExpr("attempt + 1"),
+                "lease_owner": owner,
+                "lease_token": secrets.token_urlsafe(24),
+                "claim_id": claim_id,
+                "lease_seconds": lease_seconds,
+                "lease_expires_at": seconds_from_now(lease_seconds),
+            },
+            where=[("attempt < max_attempts", [])],
+            data={"owner": owner, "claim_id": claim_id, "lease_seconds": lease_seconds},
+        )
+    except Superseded:
+        return None
 
 
 def heartbeat(effect: Effect, *, token: str, lease_seconds: int) -> Effect:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Literal, Protocol
 
+import httpx
+
 from ledger.models import Effect, Tool
 
 FOUND, NOT_FOUND, INCONCLUSIVE = "found", "not_found", "inconclusive"
@@ -69,6 +71,18 @@ class Manual:
 
     def lookup(self, effect: Effect) -> Lookup:
         return inconclusive("this tool has no lookup; a person must decide")
+
+
+_client: httpx.Client | None = None
+
+
+def http_client() -> httpx.Client:
+    """One pooled client per process: building one per lookup (TLS context, pool) costs more
+    than the lookup. Proxies from the environment are ignored; providers are called directly."""
+    global _client
+    if _client is None:
+        _client = httpx.Client(trust_env=False, limits=httpx.Limits(max_connections=32))
+    return _client
 
 
 def same_amount(ours: Any, theirs: Any) -> bool:

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from ledger.models import Effect
-from reconcilers.adapters import Lookup, found, inconclusive, not_found
+from reconcilers.adapters import Lookup, found, http_client, inconclusive, not_found
 
 
 def _at(value: Any, path: str) -> Any:
@@ -45,10 +45,12 @@ class HttpLookup:
             return inconclusive("http_lookup needs a url template with {idempotency_key}")
         url = template.replace("{idempotency_key}", quote(effect.idempotency_key, safe=""))
         try:
-            response = httpx.get(url, timeout=float(self.config.get("timeout", 5)), trust_env=False)
+            response = http_client().get(url, timeout=float(self.config.get("timeout", 5)))
         except httpx.HTTPError as exc:
             return inconclusive(f"provider unreachable: {type(exc).__name__}")
-        if response.status_code == 404 and self.config.get("not_found_on_404", True):
+        # Off unless configured: a mistyped search URL also answers 404, and a not-found can
+        # be taken as proof of non-receipt.
+        if response.status_code == 404 and self.config.get("not_found_on_404", False):
             return not_found("provider answered 404")
         if response.status_code != 200:
             return inconclusive(f"provider answered {response.status_code}")

@@ -9,7 +9,14 @@ from typing import Any, ClassVar
 import httpx
 
 from ledger.models import Effect
-from reconcilers.adapters import Lookup, found, inconclusive, not_found, same_amount
+from reconcilers.adapters import (
+    Lookup,
+    found,
+    http_client,
+    inconclusive,
+    not_found,
+    same_amount,
+)
 
 DEFAULT_TIMEOUT = 5.0
 _PROVIDER_STATUS = {"succeeded": "confirmed", "pending": "pending", "failed": "failed"}
@@ -32,11 +39,10 @@ class SandboxPayments:
             return inconclusive("no base_url configured for the payments provider")
         collection = self._collection(effect)
         try:
-            response = httpx.get(
+            response = http_client().get(
                 f"{self.base_url}/{collection}",
                 params={"idempotency_key": effect.idempotency_key},
                 timeout=float(self.config.get("timeout", DEFAULT_TIMEOUT)),
-                trust_env=False,
             )
         except httpx.HTTPError as exc:
             return inconclusive(f"provider unreachable: {type(exc).__name__}")
@@ -46,7 +52,11 @@ class SandboxPayments:
             body = response.json()
         except ValueError:
             return inconclusive("provider answered something that is not JSON")
-        data = body.get("data") if isinstance(body, dict) else None
+        # Only a well-formed list answer can prove absence: an empty `data` in a malformed
+        # answer proves nothing.
+        if not isinstance(body, dict) or body.get("object") != "list":
+            return inconclusive("provider answer is not a list object")
+        data = body.get("data")
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
             return inconclusive("provider answer has no list of records")
         if any(item.get("idempotency_key") != effect.idempotency_key for item in data):

@@ -140,7 +140,7 @@ def _apply(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> Non
 def _found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
     evidence = {"provider_ref": answer.provider_ref, "lookup": answer.evidence()}
     if answer.mismatches:
-        _to_unknown(effect, "provider_mismatch")
+        effect = _to_unknown(effect, "provider_mismatch")
         open_review(effect.id, Reason.MISMATCH)
         _reschedule(effect, None)
         return
@@ -179,11 +179,14 @@ def _found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> Non
 def _not_found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
     if not policy.honours_key:
         # A provider that ignores keys may hold our request under another name.
-        _to_unknown(effect, "not_found_unproven")
+        effect = _to_unknown(effect, "not_found_unproven")
         open_review(effect.id, Reason.NOT_FOUND_UNPROVEN)
         _reschedule(effect, None)
         return
-    sent_until = effect.left_dispatch_at or effect.lease_expires_at or now
+    if effect.status == Status.DISPATCHING:
+        sent_until = effect.lease_expires_at or now
+    else:
+        sent_until = effect.left_dispatch_at or now
     settled_at = sent_until + (
         policy.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER)
     )

@@ -20,9 +20,9 @@ def escalate() -> int:
         cursor.execute(
             """
             WITH windows AS (
-                SELECT name, escalate_after FROM ledger_tool
+                SELECT name, escalate_after, backoffice_window FROM ledger_tool
             ), overdue AS (
-                SELECT e.id
+                SELECT e.id, w.backoffice_window
                   FROM ledger_effect e
                   LEFT JOIN windows w ON w.name = e.tool
                  WHERE e.status IN ('planned', 'dispatching', 'awaiting_confirmation', 'unknown')
@@ -34,7 +34,8 @@ def escalate() -> int:
                                                         make_interval(secs => %(default)s))
             )
             INSERT INTO reviews_reviewitem (effect_id, reason, opened_at, due_at, resolution)
-            SELECT id, %(reason)s, now(), now() + make_interval(secs => %(window)s), ''
+            SELECT id, %(reason)s, now(),
+                   now() + COALESCE(backoffice_window, make_interval(secs => %(window)s)), ''
               FROM overdue
             ON CONFLICT (effect_id) WHERE resolved_at IS NULL DO NOTHING
             """,

@@ -1,0 +1,759 @@
+"""The reconciliation checker: what it does with an effect whose outcome nobody reported.
+
+Providers are sandbox subprocesses spoken to over real HTTP; time passes by back-dating rows
+against the database clock, never by sleeping.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from ledger.models import Effect, EffectEvent
+from ledger.recovery import database_now
+from reconcilers.reconcile import process_next, process_one, take
+from reconcilers.schedules import queue_expired_leases
+from reviews.models import ReviewItem
+from tests.conftest import events_of, expire_lease
+
+REQUEST = {"amount": "10.00", "currency": "EUR"}
+CHARGE = {"amount": "10.00", "currency": "EUR", "account": "acct_42"}
+# charge_card's settle_after in tools.toml is 2 minutes: a lease that ran out 3 minutes ago
+# is long enough ago for a provider's "not found" to prove the charge never arrived.
+SETTLED = 180
+
+
+# --- Helpers ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def provider(payments_provider, tools):
+    """The payments sandbox, with charge_card's lookups pointed at it."""
+    tool = tools["charge_card"]
+    tool.reconciler_config = {"base_url": payments_provider.url}
+    tool.save()
+    return payments_provider
+
+
+def charge_at(provider, effect: dict, **body: Any) -> httpx.Response:
+    """Charge at the provider behind the ledger's back, as the agent does after claiming."""
+    return provider.http.post(
+        "/charges",
+        json={**CHARGE, **body},
+        headers={"Idempotency-Key": effect["idempotency_key"]},
+    )
+
+
+def lease_ran_out(effect_id: str, seconds_ago: int = 1) -> None:
+    """The lease expired `seconds_ago` seconds ago, and the sweep queued the effect for a check
+    at that moment (as `queue_expired_leases` does)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE ledger_effect SET lease_expires_at = now() - make_interval(secs => %s), "
+            "next_check_at = now() - make_interval(secs => %s) WHERE id = %s",
+            [seconds_ago, seconds_ago, effect_id],
+        )
+
+
+def time_passes(effect_id: str, seconds: float) -> None:
+    """Move every timestamp of one effect into the past: as if `seconds` had gone by."""
+    columns = [
+        "created_at",
+        "updated_at",
+        "lease_expires_at",
+        "next_check_at",
+        "left_dispatch_at",
+        "confirm_deadline",
+        "resolved_at",
+    ]
+    shift = ", ".join(f"{c} = {c} - make_interval(secs => %s)" for c in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE ledger_effect SET {shift} WHERE id = %s",
+            [seconds] * len(columns) + [effect_id],
+        )
+
+
+def due_now(effect_id: str) -> None:
+    """The next check is due (its backoff has passed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE ledger_effect SET next_check_at = now() - interval '1 second' WHERE id = %s",
+            [effect_id],
+        )
+
+
+def stored(effect: dict) -> Effect:
+    return Effect.objects.get(pk=effect["id"])
+
+
+def checks_of(effect: dict) -> list[EffectEvent]:
+    return [e for e in events_of(effect["id"]) if e.kind == "reconciliation"]
+
+
+def statuses_of(effect: dict) -> list[str]:
+    return [e.to_status for e in events_of(effect["id"]) if e.kind == "transition"]
+
+
+def reviews_of(effect: dict) -> list[tuple[str, bool]]:
+    items = ReviewItem.objects.filter(effect_id=effect["id"]).order_by("id")
+    return [(item.reason, item.resolved_at is None) for item in items]
+
+
+STALE_VERSION = (
+    "reconcile._found/_not_found call _to_unknown() but drop the moved effect it returns, then "
+    "_reschedule(effect, None) matches on the pre-transition version and updates 0 rows: a "
+    "lost (dispatching) effect keeps next_check_at = now + LEDGER_CHECK_LEASE and is asked "
+    "again after the review item opened, writing a second reconciliation event"
+)
+
+
+def checks_stop(effect: dict) -> None:
+    """Past the check lease, the effect is still not due: nobody asks the provider again."""
+    time_passes(effect["id"], settings.LEDGER_CHECK_LEASE + 1)
+    assert process_one(effect["id"]) is False
+    assert len(checks_of(effect)) == 1
+
+
+def lost(alice, step_id: str = "step-1", *, seconds_ago: int = 1, **intent: Any) -> dict:
+    """An effect claimed by an agent that then went silent until its lease ran out."""
+    effect = alice.intent(step_id=step_id, claim=True, **intent)
+    lease_ran_out(effect["id"], seconds_ago)
+    return effect
+
+
+def on_last_attempt(alice, step_id: str = "step-1", **intent: Any) -> dict:
+    """An effect claimed for the last of its 3 attempts (the first two were not sent)."""
+    effect = alice.intent(step_id=step_id, **intent)
+    for _ in range(2):
+        token = alice.claim(effect["id"])["lease_token"]
+        alice.outcome(effect["id"], token, "not_sent")
+    claimed = alice.claim(effect["id"])
+    assert claimed["attempt"] == claimed["max_attempts"] == 3
+    return claimed
+
+
+# --- Tools without a lookup: the capability table in ledger.recovery -------------------------
+
+
+def test_a_lost_read_only_effect_goes_back_to_planned_for_a_free_retry(alice):
+    effect = lost(alice, tool="get_balance", request={})
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "planned"
+    assert after.next_check_at is None
+    assert reviews_of(effect) == []
+    assert alice.claim(effect["id"])["attempt"] == 2
+
+
+def test_a_lost_key_honouring_effect_without_lookup_goes_back_to_planned_within_the_key_ttl(
+    alice, tools
+):
+    tools["refund_card"].has_lookup = False
+    tools["refund_card"].save()
+    effect = lost(alice, tool="refund_card", request={"charge": "ch_1"})
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "planned"
+    assert reviews_of(effect) == []
+    # The retry goes out under the same idempotency key, so the provider cannot duplicate it.
+    assert alice.claim(effect["id"])["idempotency_key"] == effect["idempotency_key"]
+
+
+def test_a_lost_key_honouring_effect_past_the_key_ttl_becomes_unknown_and_goes_to_review(
+    alice, tools
+):
+    tools["refund_card"].has_lookup = False
+    tools["refund_card"].save()
+    effect = lost(alice, tool="refund_card", request={"charge": "ch_1"})
+    time_passes(effect["id"], timedelta(hours=25).total_seconds())  # key_ttl is 24 h
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "unknown"
+    assert reviews_of(effect) == [("no_lookup", True)]
+    assert "planned" not in statuses_of(effect)
+
+
+@pytest.mark.parametrize("tool", ["send_email", "launch_rocket"], ids=["unsafe", "undeclared"])
+def test_a_lost_effect_of_a_tool_that_can_do_nothing_becomes_unknown_and_goes_to_review(
+    alice, tool
+):
+    effect = lost(alice, tool=tool, request={"to": "x@example.com"})
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "unknown"
+    assert after.next_check_at is None
+    assert reviews_of(effect) == [("no_lookup", True)]
+    # Nothing more for the checker to do: a person decides.
+    assert process_one(effect["id"]) is False
+
+
+def test_an_unknown_outcome_of_an_unsafe_tool_goes_to_review_at_once(alice):
+    effect = alice.intent(tool="send_email", request={"to": "x@example.com"}, claim=True)
+    alice.outcome(effect["id"], effect["lease_token"], "unknown")
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "unknown"
+    assert reviews_of(effect) == [("no_lookup", True)]
+
+
+def test_a_lost_key_honouring_effect_on_its_last_attempt_goes_to_review_not_back_to_planned(
+    alice, tools
+):
+    tools["refund_card"].has_lookup = False
+    tools["refund_card"].save()
+    effect = on_last_attempt(alice, tool="refund_card", request={"charge": "ch_1"})
+    lease_ran_out(effect["id"])
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "unknown"
+    assert reviews_of(effect) == [("attempts_exhausted", True)]
+
+
+# --- When an effect is due -------------------------------------------------------------------
+
+
+def test_the_checker_leaves_a_dispatching_effect_alone_while_its_lease_is_live(alice, provider):
+    effect = alice.intent(claim=True)
+    due_now(effect["id"])
+
+    assert process_one(effect["id"]) is False
+    assert process_next() is False
+
+    assert stored(effect).status == "dispatching"
+    assert checks_of(effect) == []
+
+
+def test_an_expired_lease_is_not_checked_until_the_sweep_queues_it(alice, provider):
+    effect = alice.intent(claim=True)
+    expire_lease(effect["id"])
+
+    assert process_one(effect["id"]) is False
+    assert stored(effect).status == "dispatching"
+
+
+def test_an_effect_being_checked_is_not_taken_by_a_second_checker(alice, provider):
+    effect = lost(alice)
+    assert take(effect["id"]) is not None  # a first checker took it, then died
+
+    assert process_one(effect["id"]) is False
+    assert process_next() is False
+
+    # A checker that dies only delays the effect: after the check lease it is due again.
+    time_passes(effect["id"], settings.LEDGER_CHECK_LEASE + 1)
+    charge_at(provider, effect)
+    assert process_one(effect["id"]) is True
+    assert stored(effect).status == "confirmed"
+    assert len(checks_of(effect)) == 1
+
+
+# --- Tools with a lookup: the answer table in reconcilers.reconcile ---------------------------
+
+
+def test_a_charge_found_at_the_provider_confirms_the_effect_with_its_reference(alice, provider):
+    effect = lost(alice)
+    charge = charge_at(provider, effect).json()
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "confirmed"
+    assert after.provider_ref == charge["id"]
+    assert after.resolved_at is not None
+    assert after.next_check_at is None
+    [check] = checks_of(effect)
+    assert check.reason == "found"
+    assert check.data["provider_ref"] == charge["id"]
+    assert check.data["status"] == "confirmed"
+    assert statuses_of(effect)[-1] == "confirmed"
+    assert alice.get(f"/effects/{effect['id']}").json()["provider_ref"] == charge["id"]
+
+
+def test_an_unknown_effect_found_at_the_provider_is_confirmed(alice, provider):
+    effect = alice.intent(claim=True)
+    charge = charge_at(provider, effect).json()
+    alice.outcome(effect["id"], effect["lease_token"], "unknown")
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert (after.status, after.provider_ref) == ("confirmed", charge["id"])
+    assert statuses_of(effect)[-2:] == ["unknown", "confirmed"]
+
+
+def test_a_record_the_provider_reports_as_failed_fails_the_effect(alice, tools, provider):
+    # The sandbox never declines a charge; this provider's vocabulary calls a settled charge
+    # "failed", which is all the adapter needs to see.
+    tool = tools["charge_card"]
+    tool.reconciler = "http_lookup"
+    tool.reconciler_config = {
+        "url": f"{provider.url}/charges?idempotency_key={{idempotency_key}}",
+        "records": "data",
+        "key": "idempotency_key",
+        "status": "status",
+        "ref": "id",
+        "confirmed": [],
+        "failed": ["succeeded"],
+    }
+    tool.save()
+    effect = lost(alice)
+    charge = charge_at(provider, effect).json()
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert (after.status, after.provider_ref) == ("failed", charge["id"])
+    assert [c.data["status"] for c in checks_of(effect)] == ["failed"]
+
+
+def test_a_pending_charge_found_for_a_lost_effect_moves_it_to_awaiting_confirmation(
+    alice, provider
+):
+    effect = lost(alice)
+    pending = provider.http.post(
+        "/charges",
+        json=CHARGE,
+        headers={"Idempotency-Key": effect["idempotency_key"], "X-Sandbox-Async": "1"},
+    ).json()
+    assert pending["status"] == "pending"
+    now = database_now()
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "awaiting_confirmation"
+    assert after.provider_ref == pending["id"]
+    # charge_card's confirm_within is 15 minutes; the provider is polled well before that.
+    assert after.confirm_deadline == now + timedelta(minutes=15)
+    assert now < after.next_check_at <= now + timedelta(seconds=settings.LEDGER_BACKOFF_BASE)
+    assert [c.data["status"] for c in checks_of(effect)] == ["pending"]
+
+
+@pytest.mark.parametrize(
+    ("field", "charged"),
+    [
+        ("amount", {"amount": "12.00"}),
+        ("currency", {"currency": "USD"}),
+        ("target", {"account": "acct_99"}),
+    ],
+)
+def test_a_charge_that_differs_from_the_request_is_never_confirmed_and_goes_to_review(
+    alice, provider, field, charged
+):
+    effect = alice.intent(claim=True)
+    charge_at(provider, effect, **charged)
+    alice.outcome(effect["id"], effect["lease_token"], "unknown")
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "unknown"
+    assert after.provider_ref == ""
+    assert reviews_of(effect) == [("provider_mismatch", True)]
+    [check] = checks_of(effect)
+    assert (check.reason, check.data["mismatches"]) == ("found", [field])
+    checks_stop(effect)
+
+
+def test_a_mismatch_found_for_a_lost_effect_goes_to_review_and_stops_the_checks(alice, provider):
+    effect = lost(alice)
+    charge_at(provider, effect, amount="12.00")
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "unknown"
+    assert reviews_of(effect) == [("provider_mismatch", True)]
+    checks_stop(effect)
+
+
+def test_not_found_before_settle_after_is_asked_again_later_and_the_effect_is_not_retried(
+    alice, provider
+):
+    effect = lost(alice, seconds_ago=30)
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "dispatching"
+    assert "planned" not in statuses_of(effect)
+    # Asked again once a slow request could no longer land: settle_after after the lease ran out.
+    assert after.next_check_at == database_now() - timedelta(seconds=30) + timedelta(minutes=2)
+    assert [c.reason for c in checks_of(effect)] == ["not_found"]
+    assert process_one(effect["id"]) is False
+
+
+def test_not_found_after_settle_after_returns_a_key_honouring_effect_to_planned(alice, provider):
+    effect = lost(alice, seconds_ago=SETTLED)
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "planned"
+    assert after.next_check_at is None
+    assert reviews_of(effect) == []
+    assert [c.reason for c in checks_of(effect)] == ["not_found"]
+    retry = alice.claim(effect["id"])
+    assert (retry["attempt"], retry["idempotency_key"]) == (2, effect["idempotency_key"])
+
+
+def test_not_found_after_settle_after_on_the_last_attempt_fails_the_effect_as_never_sent(
+    alice, provider
+):
+    effect = on_last_attempt(alice)
+    lease_ran_out(effect["id"], SETTLED)
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "failed"
+    last = [e for e in events_of(effect["id"]) if e.kind == "transition"][-1]
+    assert (last.from_status, last.to_status, last.reason) == (
+        "dispatching",
+        "failed",
+        "never_sent",
+    )
+
+
+def test_not_found_long_after_an_unknown_outcome_returns_a_key_honouring_effect_to_planned(
+    alice, provider
+):
+    effect = alice.intent(claim=True)
+    alice.outcome(effect["id"], effect["lease_token"], "unknown")
+    time_passes(effect["id"], SETTLED)
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "planned"
+
+
+def test_not_found_after_an_inconclusive_check_returns_a_long_lost_effect_to_planned(
+    alice, provider
+):
+    effect = lost(alice, seconds_ago=SETTLED)
+    provider.set_faults(fail5xx=503)
+    assert process_one(effect["id"]) is True
+    assert stored(effect).status == "unknown"
+    provider.clear_faults()
+    due_now(effect["id"])
+
+    assert process_one(effect["id"]) is True
+
+    assert [c.reason for c in checks_of(effect)] == ["inconclusive", "not_found"]
+    assert stored(effect).status == "planned"
+
+
+def test_not_found_for_a_lookup_only_tool_is_unproven_and_goes_to_review(alice, tools, provider):
+    # A provider that ignores keys may hold the charge under another name.
+    tools["charge_card"].honours_key = False
+    tools["charge_card"].save()
+    effect = alice.intent(claim=True)
+    alice.outcome(effect["id"], effect["lease_token"], "unknown")
+    time_passes(effect["id"], SETTLED)
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "unknown"
+    assert reviews_of(effect) == [("not_found_unproven", True)]
+    checks_stop(effect)
+
+
+def test_not_found_for_a_lost_effect_of_a_lookup_only_tool_goes_to_review_and_stops_the_checks(
+    alice, tools, provider
+):
+    tools["charge_card"].honours_key = False
+    tools["charge_card"].save()
+    effect = lost(alice, seconds_ago=SETTLED)
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "unknown"
+    assert reviews_of(effect) == [("not_found_unproven", True)]
+    checks_stop(effect)
+
+
+def test_an_inconclusive_answer_leaves_the_effect_unknown_and_backs_off_exponentially(
+    alice, provider
+):
+    effect = lost(alice, seconds_ago=SETTLED)
+    provider.set_faults(fail5xx=503)
+    base = settings.LEDGER_BACKOFF_BASE
+    now = database_now()
+
+    assert process_one(effect["id"]) is True
+    first = stored(effect)
+    assert (first.status, first.checks) == ("unknown", 1)
+    assert now + timedelta(seconds=base) <= first.next_check_at <= now + timedelta(seconds=2 * base)
+
+    due_now(effect["id"])
+    assert process_one(effect["id"]) is True
+    second = stored(effect)
+    assert second.checks == 2
+    assert (
+        now + timedelta(seconds=2 * base)
+        <= second.next_check_at
+        <= now + timedelta(seconds=4 * base)
+    )
+    assert [c.reason for c in checks_of(effect)] == ["inconclusive", "inconclusive"]
+    assert checks_of(effect)[0].data["detail"] == "provider answered 503"
+    assert reviews_of(effect) == []
+
+
+def test_after_the_last_inconclusive_answer_a_person_is_asked_and_checks_stop(alice, provider):
+    effect = alice.intent(claim=True)
+    alice.outcome(effect["id"], effect["lease_token"], "unknown")
+    provider.set_faults(fail5xx=503)
+
+    for _ in range(settings.LEDGER_MAX_CHECKS - 1):
+        assert process_one(effect["id"]) is True
+        assert reviews_of(effect) == []
+        due_now(effect["id"])
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert (after.status, after.checks) == ("unknown", settings.LEDGER_MAX_CHECKS)
+    assert after.next_check_at is None
+    assert reviews_of(effect) == [("reconciliation_inconclusive", True)]
+    assert len(checks_of(effect)) == settings.LEDGER_MAX_CHECKS
+    assert process_one(effect["id"]) is False
+
+
+# --- Bad provider answers --------------------------------------------------------------------
+
+BAD_ANSWERS = ["garbage", "wrong_types", "fail5xx", "killed", "hang"]
+
+
+def _answer_badly(provider, tools, how: str) -> None:
+    if how == "killed":
+        provider.kill()
+    elif how == "hang":
+        tool = tools["charge_card"]
+        tool.reconciler_config = {"base_url": provider.url, "timeout": 0.5}
+        tool.save()
+        provider.set_faults(hang=2, methods=("GET",))
+    else:
+        provider.set_faults(**{how: True}, methods=("GET",))
+
+
+@pytest.mark.parametrize("how", BAD_ANSWERS)
+def test_a_bad_answer_about_a_charge_that_exists_leaves_the_effect_unknown(
+    alice, tools, provider, how
+):
+    effect = lost(alice, seconds_ago=SETTLED)
+    charge_at(provider, effect)
+    _answer_badly(provider, tools, how)
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "unknown"
+    assert after.checks == 1
+    assert after.next_check_at > database_now()
+    assert [c.reason for c in checks_of(effect)] == ["inconclusive"]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "garbage",
+        "wrong_types",
+        "fail5xx",
+        "killed",
+        "hang",
+    ],
+)
+def test_a_bad_answer_never_fails_an_effect_on_its_last_attempt(alice, tools, provider, how):
+    effect = on_last_attempt(alice)
+    lease_ran_out(effect["id"], SETTLED)
+    _answer_badly(provider, tools, how)
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "unknown"
+    assert "failed" not in statuses_of(effect)
+
+
+# --- Lost responses and providers that ignore keys -------------------------------------------
+
+
+def test_a_charge_whose_response_was_dropped_is_confirmed_once_by_lookup(alice, provider):
+    effect = alice.intent(claim=True)
+    provider.set_faults(drop=True, methods=("POST",))
+    with pytest.raises(httpx.TransportError):
+        charge_at(provider, effect)
+    alice.outcome(effect["id"], effect["lease_token"], "unknown")
+
+    assert process_one(effect["id"]) is True
+
+    [charge] = provider.transactions()
+    after = stored(effect)
+    assert (after.status, after.provider_ref) == ("confirmed", charge["id"])
+    assert charge["idempotency_key"] == effect["idempotency_key"]
+
+
+def test_a_charge_whose_agent_died_after_the_dropped_response_is_confirmed_once_by_lookup(
+    alice, provider
+):
+    effect = alice.intent(claim=True)
+    provider.set_faults(drop=True, methods=("POST",))
+    with pytest.raises(httpx.TransportError):
+        charge_at(provider, effect)
+    expire_lease(effect["id"])
+    assert queue_expired_leases() == 1
+
+    assert process_next() is True
+
+    [charge] = provider.transactions()
+    after = stored(effect)
+    assert (after.status, after.provider_ref) == ("confirmed", charge["id"])
+    assert "planned" not in statuses_of(effect)
+
+
+def test_a_provider_that_ignores_keys_sends_the_effect_to_review_never_to_a_retry(alice, provider):
+    effect = alice.intent(claim=True)
+    provider.set_faults(ignore_keys=True, drop=True, methods=("POST",))
+    with pytest.raises(httpx.TransportError):
+        charge_at(provider, effect)
+    provider.set_faults(ignore_keys=True)
+    alice.outcome(effect["id"], effect["lease_token"], "unknown")
+    time_passes(effect["id"], SETTLED)
+
+    for _ in range(settings.LEDGER_MAX_CHECKS - 1):
+        assert process_one(effect["id"]) is True
+        due_now(effect["id"])
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "unknown"
+    assert reviews_of(effect) == [("reconciliation_inconclusive", True)]
+    assert "planned" not in statuses_of(effect)
+    assert {c.reason for c in checks_of(effect)} == {"inconclusive"}
+    assert len(provider.transactions()) == 1
+    assert process_one(effect["id"]) is False
+
+
+# --- Awaiting confirmation -------------------------------------------------------------------
+
+
+def test_a_pending_charge_is_confirmed_by_polling_once_the_provider_settles_it(alice, provider):
+    effect = alice.intent(claim=True)
+    pending = provider.http.post(
+        "/charges",
+        json=CHARGE,
+        headers={"Idempotency-Key": effect["idempotency_key"], "X-Sandbox-Async": "1"},
+    ).json()
+    assert pending["status"] == "pending"
+    alice.outcome(
+        effect["id"], effect["lease_token"], "awaiting_confirmation", provider_ref=pending["id"]
+    )
+    # The first poll comes soon, not at once.
+    assert process_one(effect["id"]) is False
+    due_now(effect["id"])
+
+    assert process_one(effect["id"]) is True
+    assert stored(effect).status == "awaiting_confirmation"
+    assert [c.data["status"] for c in checks_of(effect)] == ["pending"]
+
+    assert provider.wait_for(lambda: provider.transactions()[0]["status"] == "succeeded")
+    due_now(effect["id"])
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert (after.status, after.provider_ref) == ("confirmed", pending["id"])
+    assert [c.data["status"] for c in checks_of(effect)] == ["pending", "confirmed"]
+
+
+def test_without_a_lookup_an_awaiting_effect_goes_to_review_only_after_its_deadline(
+    alice,
+):
+    effect = alice.intent(tool="send_email", request={"to": "x@example.com"}, claim=True)
+    alice.outcome(effect["id"], effect["lease_token"], "awaiting_confirmation")
+    time_passes(effect["id"], 3599)  # the default confirm_within is an hour
+
+    assert process_one(effect["id"]) is False
+    assert stored(effect).status == "awaiting_confirmation"
+
+    time_passes(effect["id"], 2)
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "unknown"
+    assert statuses_of(effect)[-1] == "unknown"
+    assert reviews_of(effect) == [("no_lookup", True)]
+
+
+def test_an_awaiting_effect_the_provider_never_settles_becomes_unknown_after_its_deadline(
+    alice, provider
+):
+    effect = alice.intent(claim=True)
+    provider.http.post(
+        "/charges",
+        json=CHARGE,
+        headers={"Idempotency-Key": effect["idempotency_key"], "X-Sandbox-Async": "1"},
+    )
+    provider.set_faults(fail5xx=503, methods=("GET",))
+    alice.outcome(effect["id"], effect["lease_token"], "awaiting_confirmation")
+    time_passes(effect["id"], timedelta(minutes=16).total_seconds())  # confirm_within: 15 min
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert after.status == "unknown"
+    assert after.checks == 1
+    assert "failed" not in statuses_of(effect)
+
+
+# --- The generic HTTP lookup -----------------------------------------------------------------
+
+
+@pytest.fixture
+def ticket_lookup(tools, provider):
+    """create_ticket (lookup only) searched through http_lookup; the sandbox's charge list
+    stands in for a ticketing system's search endpoint."""
+    tool = tools["create_ticket"]
+    tool.reconciler_config = {
+        "url": f"{provider.url}/charges?idempotency_key={{idempotency_key}}",
+        "records": "data",
+        "key": "idempotency_key",
+        "status": "status",
+        "ref": "id",
+        "confirmed": ["succeeded"],
+    }
+    tool.save()
+    return provider
+
+
+def test_the_http_lookup_confirms_a_record_that_echoes_our_key(alice, ticket_lookup):
+    effect = lost(alice, tool="create_ticket", request=REQUEST)
+    record = charge_at(ticket_lookup, effect).json()
+
+    assert process_one(effect["id"]) is True
+
+    after = stored(effect)
+    assert (after.status, after.provider_ref) == ("confirmed", record["id"])
+
+
+@pytest.mark.parametrize("fault", ["garbage", "wrong_types", "fail5xx"])
+def test_the_http_lookup_treats_a_bad_answer_as_inconclusive(alice, ticket_lookup, fault):
+    effect = lost(alice, tool="create_ticket", request=REQUEST)
+    charge_at(ticket_lookup, effect)
+    ticket_lookup.set_faults(**{fault: True}, methods=("GET",))
+
+    assert process_one(effect["id"]) is True
+
+    assert stored(effect).status == "unknown"
+    assert [c.reason for c in checks_of(effect)] == ["inconclusive"]
+    assert reviews_of(effect) == []
