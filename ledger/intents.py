@@ -41,9 +41,15 @@ class Intent:
 def find_repeat(agent: Agent, intent: Intent) -> Effect | None:
     """The effect already recorded under this key, if the request is the same; a different
     request under the same key is a conflict."""
-    existing = Effect.objects.filter(agent=agent, effect_key=intent.key).first()
-    if existing is None:
+    rows = list(
+        Effect.objects.raw(
+            f"SELECT * FROM {_EFFECT_TABLE} WHERE agent_id = %s AND effect_key = %s",
+            [agent.id, intent.key],
+        )
+    )
+    if not rows:
         return None
+    existing = rows[0]
     if not digests.same_request(existing.request_hash, intent.tool, intent.target, intent.request):
         raise EffectKeyConflict(
             "An effect with this effect_key was recorded with a different request.",
