@@ -16,10 +16,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger.errors import InvalidTransition, LedgerError, NotFound
-from ledger.models import Effect, WebhookDelivery
+from ledger.models import Effect, Tool, WebhookDelivery
 from ledger.states import Status
 from ledger.tools import policy_for
 from ledger.transitions import Superseded, transition
+from reconcilers.adapters import adapter_for
+from reviews.models import Reason
+from reviews.queue import open_review
 
 _RESOLVABLE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.UNKNOWN)
 
@@ -68,6 +71,8 @@ def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
         return effect
     if effect.status not in _RESOLVABLE:
         raise InvalidTransition(f"The effect is already {effect.status}.", status=effect.status)
+    if to == Status.CONFIRMED and _differs(effect, payload.get("response")):
+        return _hold_for_review(effect, provider, ref)
     redact = policy_for(effect.tool).redactor
     changes: dict[str, Any] = {}
     if ref:
@@ -85,3 +90,30 @@ def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
         )
     except Superseded:
         raise InvalidTransition("The effect changed while the callback was applied.") from None
+
+
+def _differs(effect: Effect, record: Any) -> list[str]:
+    """A confirmation counts only if what the provider recorded matches what we asked for,
+    where the tool's adapter can tell (DESIGN.md: found → confirmed after checking)."""
+    adapter = adapter_for(Tool.objects.filter(name=effect.tool).first())
+    check = getattr(adapter, "mismatches", None)
+    return check(effect, record) if check and isinstance(record, dict) else []
+
+
+def _hold_for_review(effect: Effect, provider: str, ref: str) -> Effect:
+    with transaction.atomic():
+        if effect.status != Status.UNKNOWN:
+            try:
+                effect = transition(
+                    effect,
+                    Status.UNKNOWN,
+                    actor=f"provider:{provider}",
+                    reason="provider_mismatch",
+                    data={"provider_ref": ref, "webhook": True},
+                )
+            except Superseded:
+                raise InvalidTransition(
+                    "The effect changed while the callback was applied."
+                ) from None
+        open_review(effect.id, Reason.MISMATCH)
+    return effect

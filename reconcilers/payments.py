@@ -67,21 +67,25 @@ class SandboxPayments:
             return not_found(f"no {collection[:-1]} with our idempotency key")
         if len(data) > 1:
             return inconclusive(f"provider holds {len(data)} records under one key")
-        return self._judge(effect, data[0], collection)
+        return self._judge(effect, data[0])
 
-    def _judge(self, effect: Effect, record: dict[str, Any], collection: str) -> Lookup:
+    def _judge(self, effect: Effect, record: dict[str, Any]) -> Lookup:
         ref, status = record.get("id"), _PROVIDER_STATUS.get(str(record.get("status")))
         if not isinstance(ref, str) or not ref or status is None:
             return inconclusive("provider record lacks an id or a known status")
+        return found(ref, status, self.mismatches(effect, record), answer=record)
+
+    def mismatches(self, effect: Effect, record: dict[str, Any]) -> list[str]:
+        """Where the provider's record differs from what we asked for (lookups and webhooks)."""
         request = effect.request or {}
-        mismatches = []
+        differs = []
         if "amount" in request and not same_amount(request["amount"], record.get("amount")):
-            mismatches.append("amount")
-        if collection == "charges":
+            differs.append("amount")
+        if self._collection(effect) == "charges":
             if str(request.get("currency", "")).upper() != str(record.get("currency", "")).upper():
-                mismatches.append("currency")
+                differs.append("currency")
             if effect.target != record.get("account"):
-                mismatches.append("target")
+                differs.append("target")
         elif request.get("charge") != record.get("charge"):
-            mismatches.append("charge")
-        return found(ref, status, mismatches, answer=record)
+            differs.append("charge")
+        return differs

@@ -101,3 +101,50 @@ def test_a_callback_for_a_settled_effect_is_refused(alice, settings):
     )
     assert response.status_code == 409
     assert Effect.objects.get(pk=effect["id"]).status == "confirmed"
+
+
+def test_a_confirmation_whose_charge_differs_from_the_request_goes_to_review(alice, settings):
+    from reviews.models import ReviewItem
+
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = _awaiting(alice)  # asked for 10.00 EUR on acct_42
+    charge = {
+        "id": "ch_9",
+        "status": "succeeded",
+        "amount": "99.00",
+        "currency": "EUR",
+        "account": "acct_42",
+    }
+    response = _deliver(
+        {
+            "idempotency_key": effect["idempotency_key"],
+            "status": "confirmed",
+            "provider_ref": "ch_9",
+            "response": charge,
+        }
+    )
+    assert response.status_code == 200
+    assert Effect.objects.get(pk=effect["id"]).status == "unknown"
+    assert ReviewItem.objects.get(effect_id=effect["id"]).reason == "provider_mismatch"
+
+
+def test_a_confirmation_whose_charge_matches_the_request_confirms(alice, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = _awaiting(alice)
+    charge = {
+        "id": "ch_9",
+        "status": "succeeded",
+        "amount": "10.00",
+        "currency": "EUR",
+        "account": "acct_42",
+    }
+    response = _deliver(
+        {
+            "idempotency_key": effect["idempotency_key"],
+            "status": "confirmed",
+            "provider_ref": "ch_9",
+            "response": charge,
+        }
+    )
+    assert response.status_code == 200
+    assert Effect.objects.get(pk=effect["id"]).status == "confirmed"
