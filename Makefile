@@ -36,7 +36,7 @@ test: install-test
 
 bench: install-test
 	$(PIP) install --quiet -e '.[bench]' || echo "dbos did not install: its baseline will be skipped"
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/lifecycle.py
+	$(TEST_ENV) $(PY) -m config.stack exec -- sh -c '$(PY) bench/lifecycle.py && $(PY) bench/recovery.py'
 
 lint: install-test
 	$(VENV)/bin/ruff check .

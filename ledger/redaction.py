@@ -22,8 +22,10 @@ _SECRET_NAME = re.compile(
     r"(password|passwd|passphrase|secret|token|apikey|accesskey|privatekey|authorization"
     r"|cvv|cvc|cvn|securitycode|cardnumber)$|^(cvv2|cvc2|csc|pin|pan)$"
 )
-# A run of digits that may be grouped by single spaces or hyphens ("4111 1111 1111 1111").
-_DIGIT_RUN = re.compile(r"(?<![\d])\d+(?:[ -]\d+)*(?![\d])")
+# A run of digits that may be grouped by single spaces or hyphens ("4111 1111 1111 1111"),
+# standing on its own: a run glued to letters is part of an identifier (a provider's
+# "ch_3f41111111111111111a9"), not a card number someone wrote down.
+_DIGIT_RUN = re.compile(r"(?<![^\W_])\d+(?:[ -]\d+)*(?![^\W_])")
 
 
 def luhn_valid(digits: str) -> bool:

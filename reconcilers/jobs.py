@@ -7,13 +7,17 @@ from collections.abc import Iterable
 
 from django.db import close_old_connections
 
-from reconcilers.reconcile import process_next, process_one
+from reconcilers.reconcile import process_many, process_next
+
+# Effects taken and checked together: one UPDATE to take them, their lookups side by side.
+BATCH = 50
 
 
 def check_effects(effect_ids: Iterable[str]) -> int:
     """Check each named effect that is still due. Returns how many this job checked."""
     close_old_connections()  # a long-lived, non-forking worker may hold a dead connection
-    return sum(process_one(effect_id) for effect_id in effect_ids)
+    ids = list(effect_ids)
+    return sum(process_many(ids[start : start + BATCH]) for start in range(0, len(ids), BATCH))
 
 
 def drain(limit: int = 500) -> int:

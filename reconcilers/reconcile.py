@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,69 +49,94 @@ _DUE = (
 )
 
 
-def _take(sql: str, params: list[Any]) -> Effect | None:
-    rows = list(Effect.objects.raw(sql, params))
-    return rows[0] if rows else None
-
-
-def take(effect_id: Any) -> Effect | None:
-    """Take one named effect for checking, if it is due and nobody else has it."""
-    return _take(
-        f"UPDATE {_TABLE} SET next_check_at = now() + make_interval(secs => %s) "
-        f"WHERE id = %s AND {_DUE} RETURNING *",
-        [settings.LEDGER_CHECK_LEASE, effect_id],
+def take(effect_ids: list[Any]) -> list[Effect]:
+    """Take the named effects that are due and that nobody else has, in one statement."""
+    return list(
+        Effect.objects.raw(
+            f"UPDATE {_TABLE} SET next_check_at = now() + make_interval(secs => %s) "
+            f"WHERE id = ANY(%s::uuid[]) AND {_DUE} RETURNING *",
+            [settings.LEDGER_CHECK_LEASE, [str(i) for i in effect_ids]],
+        )
     )
 
 
 def take_next() -> Effect | None:
     """Take the most overdue effect; SKIP LOCKED lets concurrent checkers pass each other."""
-    return _take(
-        f"UPDATE {_TABLE} SET next_check_at = now() + make_interval(secs => %s) "
-        f"WHERE id = (SELECT id FROM {_TABLE} WHERE {_DUE} "
-        f"ORDER BY next_check_at LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *",
-        [settings.LEDGER_CHECK_LEASE],
+    rows = list(
+        Effect.objects.raw(
+            f"UPDATE {_TABLE} SET next_check_at = now() + make_interval(secs => %s) "
+            f"WHERE id = (SELECT id FROM {_TABLE} WHERE {_DUE} "
+            f"ORDER BY next_check_at LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *",
+            [settings.LEDGER_CHECK_LEASE],
+        )
     )
+    return rows[0] if rows else None
 
 
 def process_one(effect_id: Any) -> bool:
     """Check one effect if it is due. Returns whether this call did the check."""
-    effect = take(effect_id)
-    if effect is None:
-        return False
-    check(effect)
-    return True
+    return process_many([effect_id]) == 1
+
+
+def process_many(effect_ids: list[Any]) -> int:
+    """Check the named effects that are due. Returns how many this call checked."""
+    effects = take(effect_ids)
+    check(effects)
+    return len(effects)
 
 
 def process_next() -> bool:
     effect = take_next()
     if effect is None:
         return False
-    check(effect)
+    check([effect])
     return True
 
 
-def check(effect: Effect) -> None:
-    tool = Tool.objects.filter(name=effect.tool).first()
-    policy = Policy.from_tool(tool) if tool else Policy.unsafe(effect.tool)
-    now = database_now()
-    if not policy.has_lookup:
-        _without_lookup(effect, policy, now)
+# Provider lookups of one batch run side by side: they wait on the network, not on us.
+_lookups = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lookup")
+
+
+def check(effects: list[Effect]) -> None:
+    """Decide each taken effect: tools and the clock are read once per batch, the providers
+    are asked concurrently and outside any transaction, and each answer is recorded with its
+    consequence in a transaction of its own (losing harmlessly to anyone who moved it)."""
+    if not effects:
         return
-    answer = adapter_for(tool).lookup(effect)  # the network call: no transaction is open
-    try:
-        with transaction.atomic():
-            record_event(
-                effect.id,
-                kind=EventKind.RECONCILIATION,
-                actor=ACTOR,
-                from_status=effect.status,
-                to_status=effect.status,
-                reason=answer.outcome,
-                data=answer.evidence(),
-            )
-            _apply(effect, policy, answer, now)
-    except Superseded:
-        log.info("effect %s changed while it was being checked; leaving it", effect.id)
+    tools = {t.name: t for t in Tool.objects.filter(name__in={e.tool for e in effects})}
+    policies = {
+        name: Policy.from_tool(tools[name]) if name in tools else Policy.unsafe(name)
+        for name in {e.tool for e in effects}
+    }
+    now = database_now()
+    asking = [e for e in effects if policies[e.tool].has_lookup]
+    answers = dict(
+        zip(
+            [e.id for e in asking],
+            _lookups.map(lambda e: adapter_for(tools.get(e.tool)).lookup(e), asking),
+            strict=True,
+        )
+    )
+    for effect in effects:
+        policy = policies[effect.tool]
+        if effect.id not in answers:
+            _without_lookup(effect, policy, now)
+            continue
+        answer = answers[effect.id]
+        try:
+            with transaction.atomic():
+                record_event(
+                    effect.id,
+                    kind=EventKind.RECONCILIATION,
+                    actor=ACTOR,
+                    from_status=effect.status,
+                    to_status=effect.status,
+                    reason=answer.outcome,
+                    data=answer.evidence(),
+                )
+                _apply(effect, policy, answer, now)
+        except Superseded:
+            log.info("effect %s changed while it was being checked; leaving it", effect.id)
 
 
 def _without_lookup(effect: Effect, policy: Policy, now: datetime) -> None:

@@ -280,7 +280,16 @@ def test_a_provider_webhook_with_card_data_stores_none(alice, settings):
             "idempotency_key": effect["idempotency_key"],
             "status": "confirmed",
             "provider_ref": f"ch_{VISA}",
-            "response": {"card": MASTERCARD, "receipt": f"paid with {AMEX}"},
+            # The charge as the provider recorded it (it matches the request), plus card data.
+            "response": {
+                "id": f"ch_{VISA}",
+                "status": "succeeded",
+                "amount": "10.00",
+                "currency": "EUR",
+                "account": "acct_42",
+                "card": MASTERCARD,
+                "receipt": f"paid with {AMEX}",
+            },
         }
     ).encode()
     secret = "card-test-webhook-secret-0123"

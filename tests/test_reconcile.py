@@ -247,7 +247,7 @@ def test_an_expired_lease_is_not_checked_until_the_sweep_queues_it(alice, provid
 
 def test_an_effect_being_checked_is_not_taken_by_a_second_checker(alice, provider):
     effect = lost(alice)
-    assert take(effect["id"]) is not None  # a first checker took it, then died
+    assert take([effect["id"]])  # a first checker took it, then died
 
     assert process_one(effect["id"]) is False
     assert process_next() is False

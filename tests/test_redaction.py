@@ -369,3 +369,11 @@ def test_amounts_equal_as_binary_floats_are_still_different_requests(alice):
     conflict = alice.post("/effects", raw=_intent_text("10.000000000000002"))
     assert conflict.status_code == 409, conflict.content
     assert conflict.json()["error"] == "effect_key_conflict"
+
+
+def test_a_digit_run_glued_to_letters_in_an_identifier_is_not_a_card():
+    from ledger.redaction import scrub_cards
+
+    # A provider's hex charge id can hold a Luhn-valid run of 16 digits.
+    assert scrub_cards("ch_ab4111111111111111cd") == "ch_ab4111111111111111cd"
+    assert scrub_cards("ch_4111111111111111").startswith("ch_[card:")
