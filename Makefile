@@ -36,7 +36,9 @@ test: install-test
 
 bench: install-test
 	$(PIP) install --quiet -e '.[bench]' || echo "dbos did not install: its baseline will be skipped"
-	$(TEST_ENV) $(PY) -m config.stack exec -- sh -c '$(PY) bench/lifecycle.py && $(PY) bench/recovery.py'
+	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/lifecycle.py; a=$$?; \
+	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/recovery.py; b=$$?; \
+	exit $$((a | b))
 
 lint: install-test
 	$(VENV)/bin/ruff check .
