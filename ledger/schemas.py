@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 from ledger.redaction import scrub_cards
 from ledger.states import Kind, Status
@@ -18,8 +20,22 @@ Id = Annotated[str, Field(min_length=1, max_length=200)]
 Label = Annotated[str, Field(max_length=200), AfterValidator(scrub_cards)]
 ClaimId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(scrub_cards)]
 Reason = Annotated[str, Field(max_length=2000)]
+
+
+def _whole_number(value: Any) -> Any:
+    """30.0 is the integer 30 in JSON; "30" and true are not numbers at all."""
+    whole = (
+        isinstance(value, (Decimal, float))
+        and math.isfinite(value)
+        and value == value.to_integral_value()
+        if isinstance(value, Decimal)
+        else isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    )
+    return int(value) if whole else value
+
+
 # Strict: "30" or true must not become a lease, "yes" must not become a claim.
-LeaseSeconds = Annotated[StrictInt, Field(ge=1, le=3600)]
+LeaseSeconds = Annotated[StrictInt, BeforeValidator(_whole_number), Field(ge=1, le=3600)]
 JsonObject = dict[str, Any]
 
 

@@ -135,3 +135,10 @@ def test_the_attempt_cap_is_enforced_at_claim_time(alice):
     assert refused["error"] == "attempts_exhausted"
     stored = Effect.objects.get(pk=effect["id"])
     assert (stored.status, stored.attempt) == ("planned", 3)
+
+
+def test_a_whole_number_written_with_a_decimal_point_is_a_valid_lease(alice):
+    effect = alice.intent()
+    response = alice.post(f"/effects/{effect['id']}/claim", raw='{"lease_seconds": 30.0}')
+    assert response.status_code == 200, response.content
+    assert response.json()["lease_seconds"] == 30
