@@ -117,26 +117,32 @@ def check(effects: list[Effect]) -> None:
             strict=True,
         )
     )
-    for effect in effects:
-        policy = policies[effect.tool]
-        if effect.id not in answers:
-            _without_lookup(effect, policy, now)
-            continue
-        answer = answers[effect.id]
-        try:
-            with transaction.atomic():
-                record_event(
-                    effect.id,
-                    kind=EventKind.RECONCILIATION,
-                    actor=ACTOR,
-                    from_status=effect.status,
-                    to_status=effect.status,
-                    reason=answer.outcome,
-                    data=answer.evidence(),
-                )
-                _apply(effect, policy, answer, now)
-        except Superseded:
-            log.info("effect %s changed while it was being checked; leaving it", effect.id)
+    # One commit for the batch (a WAL flush per effect would dominate), a savepoint per effect
+    # so that one effect that moved meanwhile does not undo the others.
+    with transaction.atomic():
+        for effect in effects:
+            policy = policies[effect.tool]
+            if effect.id in answers:
+                _record_answer(effect, policy, answers[effect.id], now)
+            else:
+                _without_lookup(effect, policy, now)
+
+
+def _record_answer(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
+    try:
+        with transaction.atomic():
+            record_event(
+                effect.id,
+                kind=EventKind.RECONCILIATION,
+                actor=ACTOR,
+                from_status=effect.status,
+                to_status=effect.status,
+                reason=answer.outcome,
+                data=answer.evidence(),
+            )
+            _apply(effect, policy, answer, now)
+    except Superseded:
+        log.info("effect %s changed while it was being checked; leaving it", effect.id)
 
 
 def _without_lookup(effect: Effect, policy: Policy, now: datetime) -> None:
