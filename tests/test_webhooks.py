@@ -103,27 +103,30 @@ def test_a_callback_for_a_settled_effect_is_refused(alice, settings):
     assert Effect.objects.get(pk=effect["id"]).status == "confirmed"
 
 
+def _confirm_with_charge(effect: dict, amount: str):
+    """The provider's callback carrying its charge record (the request was 10.00 EUR)."""
+    charge = {
+        "id": "ch_9",
+        "status": "succeeded",
+        "amount": amount,
+        "currency": "EUR",
+        "account": "acct_42",
+    }
+    body = {
+        "idempotency_key": effect["idempotency_key"],
+        "status": "confirmed",
+        "provider_ref": "ch_9",
+        "response": charge,
+    }
+    return _deliver(body)
+
+
 def test_a_confirmation_whose_charge_differs_from_the_request_goes_to_review(alice, settings):
     from reviews.models import ReviewItem
 
     settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
-    effect = _awaiting(alice)  # asked for 10.00 EUR on acct_42
-    charge = {
-        "id": "ch_9",
-        "status": "succeeded",
-        "amount": "99.00",
-        "currency": "EUR",
-        "account": "acct_42",
-    }
-    response = _deliver(
-        {
-            "idempotency_key": effect["idempotency_key"],
-            "status": "confirmed",
-            "provider_ref": "ch_9",
-            "response": charge,
-        }
-    )
-    assert response.status_code == 200
+    effect = _awaiting(alice)
+    assert _confirm_with_charge(effect, "99.00").status_code == 200
     assert Effect.objects.get(pk=effect["id"]).status == "unknown"
     assert ReviewItem.objects.get(effect_id=effect["id"]).reason == "provider_mismatch"
 
@@ -131,20 +134,5 @@ def test_a_confirmation_whose_charge_differs_from_the_request_goes_to_review(ali
 def test_a_confirmation_whose_charge_matches_the_request_confirms(alice, settings):
     settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
     effect = _awaiting(alice)
-    charge = {
-        "id": "ch_9",
-        "status": "succeeded",
-        "amount": "10.00",
-        "currency": "EUR",
-        "account": "acct_42",
-    }
-    response = _deliver(
-        {
-            "idempotency_key": effect["idempotency_key"],
-            "status": "confirmed",
-            "provider_ref": "ch_9",
-            "response": charge,
-        }
-    )
-    assert response.status_code == 200
+    assert _confirm_with_charge(effect, "10.00").status_code == 200
     assert Effect.objects.get(pk=effect["id"]).status == "confirmed"
