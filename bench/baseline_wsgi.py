@@ -43,8 +43,14 @@ Reply = tuple[int, dict[str, Any]]
 
 _SECRET = os.environ.get("SECRET_KEY", "bench-baseline").encode()
 _OUTCOME_PATH = re.compile(r"^/api/v1/effects/([0-9a-fA-F-]{36})/outcome$")
-_REASONS = {200: "200 OK", 201: "201 Created", 401: "401 Unauthorized", 404: "404 Not Found",
-            409: "409 Conflict", 500: "500 Internal Server Error"}
+_REASONS = {
+    200: "200 OK",
+    201: "201 Created",
+    401: "401 Unauthorized",
+    404: "404 Not Found",
+    409: "409 Conflict",
+    500: "500 Internal Server Error",
+}
 
 SQL_AGENT = (
     "SELECT k.digest, a.id, a.name FROM ledger_apikey k JOIN ledger_agent a ON a.id = k.agent_id"
@@ -70,9 +76,17 @@ INSERT_EFFECT_VALUES = (
 # Zero values, by type, for NOT NULL columns without a database default that the ledger's
 # INSERT sets from a Django `default=` (a column added later): the baseline keeps up.
 _ZERO_BY_TYPE = {
-    "integer": "0", "bigint": "0", "smallint": "0", "numeric": "0", "boolean": "false",
-    "character varying": "''", "text": "''", "jsonb": "'{}'::jsonb", "json": "'{}'::json",
-    "timestamp with time zone": "now()", "interval": "'0'::interval",
+    "integer": "0",
+    "bigint": "0",
+    "smallint": "0",
+    "numeric": "0",
+    "boolean": "false",
+    "character varying": "''",
+    "text": "''",
+    "jsonb": "'{}'::jsonb",
+    "json": "'{}'::json",
+    "timestamp with time zone": "now()",
+    "interval": "'0'::interval",
 }
 SQL_REQUIRED_COLUMNS = (
     "SELECT column_name, data_type FROM information_schema.columns"
@@ -169,8 +183,16 @@ class BareLedger:
             return None
         return row
 
-    def _event(self, effect_id: Any, kind: str, actor: str, from_status: str, to_status: str,
-               reason: str, data: dict[str, Any]) -> None:
+    def _event(
+        self,
+        effect_id: Any,
+        kind: str,
+        actor: str,
+        from_status: str,
+        to_status: str,
+        reason: str,
+        data: dict[str, Any],
+    ) -> None:
         digest = hashlib.sha256(_canonical(data).encode()).hexdigest()
         self.conn.execute(
             SQL_INSERT_EVENT,
@@ -210,15 +232,33 @@ class BareLedger:
                 assert BareLedger.insert_effect_sql is not None
                 effect = self.conn.execute(
                     BareLedger.insert_effect_sql,
-                    [uuid.uuid4(), agent["id"], effect_key, data["run_id"], data["step_id"],
-                     seq["last_seq"], data["tool"], data["target"], Jsonb(data["request"]),
-                     request_hash, idempotency_key,
-                     max_attempts, Jsonb(data.get("provenance") or {})],
+                    [
+                        uuid.uuid4(),
+                        agent["id"],
+                        effect_key,
+                        data["run_id"],
+                        data["step_id"],
+                        seq["last_seq"],
+                        data["tool"],
+                        data["target"],
+                        Jsonb(data["request"]),
+                        request_hash,
+                        idempotency_key,
+                        max_attempts,
+                        Jsonb(data.get("provenance") or {}),
+                    ],
                 ).fetchone()
                 assert effect is not None, "concurrent intent under the same key"
                 created = True
-                self._event(effect["id"], "intent", actor, "", "planned", "intent",
-                            {"request_hash": request_hash, "depends_on": []})
+                self._event(
+                    effect["id"],
+                    "intent",
+                    actor,
+                    "",
+                    "planned",
+                    "intent",
+                    {"request_hash": request_hash, "depends_on": []},
+                )
             if data.get("claim") and effect["status"] == "planned":
                 waiting = self.conn.execute(SQL_BLOCKED_BY, [effect["id"]]).fetchall()
                 if any(r["status"] != "confirmed" for r in waiting):
@@ -227,13 +267,27 @@ class BareLedger:
                 lease = int(data.get("lease_seconds") or 60)
                 effect = self.conn.execute(
                     SQL_CLAIM,
-                    [owner, secrets.token_urlsafe(24), claim_id, lease, lease,
-                     effect["id"], effect["version"]],
+                    [
+                        owner,
+                        secrets.token_urlsafe(24),
+                        claim_id,
+                        lease,
+                        lease,
+                        effect["id"],
+                        effect["version"],
+                    ],
                 ).fetchone()
                 if effect is None:
                     return _error(409, "invalid_transition", "Claimed by someone else first.")
-                self._event(effect["id"], "transition", actor, "planned", "dispatching", "claimed",
-                            {"owner": owner, "claim_id": claim_id, "lease_seconds": lease})
+                self._event(
+                    effect["id"],
+                    "transition",
+                    actor,
+                    "planned",
+                    "dispatching",
+                    "claimed",
+                    {"owner": owner, "claim_id": claim_id, "lease_seconds": lease},
+                )
         return (201 if created else 200), self._show(effect, agent["name"], claimer=True)
 
     def post_outcome(self, authorization: str, effect_id: str, body: bytes) -> Reply:
@@ -250,20 +304,42 @@ class BareLedger:
         if status not in _RESOLVING:
             return _error(409, "invalid_transition", "This baseline reports final outcomes only.")
         provider_ref, response = data.get("provider_ref", ""), data.get("response")
-        digest = _mac("value", _canonical(
-            {"token": token, "status": status, "provider_ref": provider_ref, "response": response}
-        ))
+        digest = _mac(
+            "value",
+            _canonical(
+                {
+                    "token": token,
+                    "status": status,
+                    "provider_ref": provider_ref,
+                    "response": response,
+                }
+            ),
+        )
         with self.conn.transaction():
             moved = self.conn.execute(
                 SQL_OUTCOME,
-                [status, digest, token, provider_ref, Jsonb(response), effect["id"],
-                 effect["version"], token],
+                [
+                    status,
+                    digest,
+                    token,
+                    provider_ref,
+                    Jsonb(response),
+                    effect["id"],
+                    effect["version"],
+                    token,
+                ],
             ).fetchone()
             if moved is None:
                 return _error(409, "stale_lease", "This lease token no longer holds the effect.")
-            self._event(moved["id"], "transition", f"agent:{agent['name']}", "dispatching",
-                        status, status,
-                        {"outcome": status, "provider_ref": provider_ref, "response": response})
+            self._event(
+                moved["id"],
+                "transition",
+                f"agent:{agent['name']}",
+                "dispatching",
+                status,
+                status,
+                {"outcome": status, "provider_ref": provider_ref, "response": response},
+            )
         return 200, self._show(moved, agent["name"], claimer=False)
 
     def health(self) -> Reply:
@@ -272,8 +348,17 @@ class BareLedger:
 
 
 # Columns the API does not show.
-_HIDDEN = frozenset({"request_hash", "outcome_digest", "outcome_token", "claim_id",
-                     "next_check_at", "version", "agent_id"})
+_HIDDEN = frozenset(
+    {
+        "request_hash",
+        "outcome_digest",
+        "outcome_token",
+        "claim_id",
+        "next_check_at",
+        "version",
+        "agent_id",
+    }
+)
 
 _local = threading.local()
 

@@ -54,14 +54,31 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+# Run as a file, this script has bench/ on sys.path: `bench.…` imports need the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import (
+    CLOCK_TICKS,
+    ROOT,
+    bench_database,
+    database_url,
+    drop_database,
+    fresh_database,
+    machine_ticks,
+    print_grid,
+    process_ticks,
+    recreate_database,
+    run_stoppable,
+    stop_group,
+)
+
 RESULT_FILE = ROOT / "var" / "bench" / "lifecycle.json"
 LEDGER_GOAL = 0.5  # ledger ÷ bare WSGI
 DBOS_GOAL = 1.0  # ledger lifecycles/s ÷ DBOS steps/s
 MAX_ERROR_SAMPLES = 5
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+BENCH_DB = "bench"  # the benchmark database: <DATABASE_URL's database>_bench
 
 
 # --- Options ---------------------------------------------------------------------------------
@@ -87,7 +104,9 @@ def parse_args(argv: list[str]) -> tuple[Options, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients (8)")
     parser.add_argument(
-        "--rounds", type=int, default=3,
+        "--rounds",
+        type=int,
+        default=3,
         help="interleaved rounds: every contender runs once per round (3)",
     )
     parser.add_argument(
@@ -99,17 +118,22 @@ def parse_args(argv: list[str]) -> tuple[Options, argparse.Namespace]:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (2)")
     parser.add_argument("--threads", type=int, default=4, help="gunicorn threads/worker (4)")
     parser.add_argument(
-        "--client-processes", type=int, default=1,
+        "--client-processes",
+        type=int,
+        default=1,
         help="processes the clients are spread over (1; threads within each)",
     )
     parser.add_argument(
-        "--reconnect-every", type=int, default=20,
+        "--reconnect-every",
+        type=int,
+        default=20,
         help="HTTP clients open a new keep-alive connection every N lifecycles (20; 0 = never)",
     )
     parser.add_argument("--skip-dbos", action="store_true", help="do not run the DBOS baseline")
     parser.add_argument("--keep-db", action="store_true", help="keep the benchmark databases")
     parser.add_argument(
-        "--profile", action="store_true",
+        "--profile",
+        action="store_true",
         help="profile the ledger's hot path in-process instead of benchmarking",
     )
     parser.add_argument(
@@ -141,55 +165,6 @@ def parse_args(argv: list[str]) -> tuple[Options, argparse.Namespace]:
 # --- Databases -------------------------------------------------------------------------------
 
 
-def database_url(url: str, name: str) -> str:
-    """`url` pointing at database `name` instead (user, host, port and query kept)."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
-
-
-def database_name(url: str) -> str:
-    name = urlsplit(url).path.lstrip("/")
-    if not name:
-        raise SystemExit("DATABASE_URL names no database")
-    return name
-
-
-def _maintenance(url: str) -> Any:
-    import psycopg
-
-    return psycopg.connect(database_url(url, "postgres"), autocommit=True)
-
-
-_DROP_SQL = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
-
-
-def recreate_database(url: str, name: str) -> None:
-    from psycopg import sql
-
-    drop = sql.SQL(_DROP_SQL)
-    with _maintenance(url) as conn:
-        conn.execute(drop.format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def drop_database(url: str, name: str) -> None:
-    from psycopg import sql
-
-    drop = sql.SQL(_DROP_SQL)
-    with _maintenance(url) as conn:
-        conn.execute(drop.format(sql.Identifier(name)))
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
-
-
 @dataclass(frozen=True)
 class BenchDatabase:
     url: str
@@ -198,28 +173,14 @@ class BenchDatabase:
     baseline_key: str
 
 
-def bench_database(base_url: str) -> str:
-    return f"{database_name(base_url)}_bench"
-
-
 def prepare_database(base_url: str) -> BenchDatabase:
     """A fresh `<name>_bench` database, migrated, with the tools and two agents."""
-    name = bench_database(base_url)
-    url = database_url(base_url, name)
-    recreate_database(base_url, name)
+    name = bench_database(base_url, BENCH_DB)
     OWN_DATABASES.add(name)
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DJANGO_DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-    }
-    manage(env, "migrate", "--verbosity", "0")
-    manage(env, "loadtools", "tools.toml")
-    ledger_key = manage(env, "createagent", "bench").strip().splitlines()[-1]
-    baseline_key = manage(env, "createagent", "bench-baseline").strip().splitlines()[-1]
-    return BenchDatabase(url=url, env=env, ledger_key=ledger_key, baseline_key=baseline_key)
+    env, (ledger_key, baseline_key) = fresh_database(base_url, name, ["bench", "bench-baseline"])
+    return BenchDatabase(
+        url=env["DATABASE_URL"], env=env, ledger_key=ledger_key, baseline_key=baseline_key
+    )
 
 
 # --- Processes we start ----------------------------------------------------------------------
@@ -229,20 +190,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def stop_group(proc: subprocess.Popen[Any], *, grace: float = 10.0) -> None:
-    """Stop a process started with `start_new_session=True`, and everything in its group."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(grace)
-    # Workers may outlive a master that died: kill whatever is left in the group.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(5)
 
 
 @dataclass
@@ -256,15 +203,26 @@ class Server:
 def gunicorn(app: str, env: dict[str, str], opts: Options) -> Iterator[Server]:
     port = free_port()
     cmd = [
-        sys.executable, "-m", "gunicorn", app,
-        "--bind", f"127.0.0.1:{port}",
-        "--worker-class", "gthread",
-        "--workers", str(opts.workers),
-        "--threads", str(opts.threads),
-        "--chdir", str(ROOT),
-        "--log-level", "warning",
-        "--graceful-timeout", "5",
-        "--keep-alive", "5",
+        sys.executable,
+        "-m",
+        "gunicorn",
+        app,
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--worker-class",
+        "gthread",
+        "--workers",
+        str(opts.workers),
+        "--threads",
+        str(opts.threads),
+        "--chdir",
+        str(ROOT),
+        "--log-level",
+        "warning",
+        "--graceful-timeout",
+        "5",
+        "--keep-alive",
+        "5",
     ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
     server = Server(
@@ -315,12 +273,12 @@ class CpuSample:
 OWN_DATABASES: set[str] = set()
 
 
-def _process_name(pid: str, comm: str) -> str:
+def _process_name(pid: int, comm: str) -> str:
     """`comm`, or for PostgreSQL the process title ("postgres: 15/main: user db host …")."""
     if not comm.startswith("postgres"):
         return comm
     try:
-        return Path("/proc", pid, "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        return Path("/proc", str(pid), "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return comm
 
@@ -328,25 +286,13 @@ def _process_name(pid: str, comm: str) -> str:
 def cpu_sample() -> CpuSample | None:
     """Per-process and machine CPU counters from /proc (None where there is no /proc)."""
     try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        total, busy = machine_ticks()
     except OSError:
         return None
-    values = [int(v) for v in fields[:8]]
-    idle = values[3] + values[4]
-    per_pid: dict[int, tuple[str, int, int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-        rest = raw[raw.rindex(")") + 2 :].split()
-        per_pid[int(entry.name)] = (
-            _process_name(entry.name, comm), int(rest[2]), int(rest[11]) + int(rest[12])
-        )
-    return CpuSample(time.monotonic(), sum(values), sum(values) - idle, per_pid)
+    per_pid = {
+        pid: (_process_name(pid, comm), pgrp, ticks) for pid, comm, pgrp, ticks in process_ticks()
+    }
+    return CpuSample(time.monotonic(), total, busy, per_pid)
 
 
 def _is_ours(title: str) -> bool:
@@ -624,9 +570,7 @@ def run_process(
     return ProcessReport(reports, cpu)
 
 
-def _child(
-    make: Callable[[int], Session], clients: list[int], window: Window, queue: Any
-) -> None:
+def _child(make: Callable[[int], Session], clients: list[int], window: Window, queue: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     queue.put(run_process(make, clients, window))
 
@@ -640,9 +584,7 @@ class Measurement:
     cpu: dict[str, float]
 
 
-def run_load(
-    make: Callable[[int], Session], opts: Options, server: Server | None
-) -> Measurement:
+def run_load(make: Callable[[int], Session], opts: Options, server: Server | None) -> Measurement:
     """`opts.clients` clients in `opts.client_processes` forked processes, threads in each."""
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
@@ -718,7 +660,11 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def summarise(
-    name: str, unit: str, measurements: list[Measurement], *, per_lifecycle: int = 1,
+    name: str,
+    unit: str,
+    measurements: list[Measurement],
+    *,
+    per_lifecycle: int = 1,
     note: str = "",
 ) -> Result:
     """All rounds of one contender as one result. `per_lifecycle` units make one lifecycle
@@ -744,17 +690,22 @@ def summarise(
         errors=sum(c.errors for c in clients),
         error_samples=[s for c in clients for s in c.error_samples][:MAX_ERROR_SAMPLES],
         note=note,
-        cpu_percent={
-            k: round(100 * v / capacity, 1) for k, v in cpu_seconds.items()
-        } if capacity else {},
+        cpu_percent={k: round(100 * v / capacity, 1) for k, v in cpu_seconds.items()}
+        if capacity
+        else {},
         cpu_ms_per_lifecycle={
             k: round(1000 * cpu_seconds[k] / lifecycles, 2)
-            for k in ("server", "postgres", "load generator") if k in cpu_seconds
-        } if lifecycles else {},
+            for k in ("server", "postgres", "load generator")
+            if k in cpu_seconds
+        }
+        if lifecycles
+        else {},
         load_cpu_percent_of_core=round(100 * load_cpu / seconds, 1) if seconds else None,
         rounds=[
-            round(per_lifecycle * sum(c.completed for r in m.reports for c in r.clients)
-                  / m.seconds, 1)
+            round(
+                per_lifecycle * sum(c.completed for r in m.reports for c in r.clients) / m.seconds,
+                1,
+            )
             for m in measurements
         ],
     )
@@ -789,13 +740,25 @@ class DbosWorker:
 
     def __init__(self, url: str, executor: str, clients: int, opts: Options) -> None:
         cmd = [
-            sys.executable, str(Path(__file__).resolve()), "--dbos-worker", url,
-            "--dbos-executor", executor, "--clients", str(clients),
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--dbos-worker",
+            url,
+            "--dbos-executor",
+            executor,
+            "--clients",
+            str(clients),
         ]
         self.stderr: list[str] = []
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
+            cmd,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
         )
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
@@ -854,7 +817,7 @@ class DbosContender:
         self.name = f"C: DBOS {self.version}, {opts.clients} workflows × 2 steps"
         self.opts = opts
         self.base_url = base_url
-        self.db_name = f"{database_name(base_url)}_dbos"
+        self.db_name = bench_database(base_url, "dbos")
         recreate_database(base_url, self.db_name)
         OWN_DATABASES.add(self.db_name)
         url = database_url(base_url, self.db_name)
@@ -876,8 +839,10 @@ class DbosContender:
         for worker in self.workers:
             worker.send(f"ROUND {window.start} {window.measure} {window.end}")
         cpu = _sample_window(
-            window.measure, window.end,
-            load_pids={w.proc.pid for w in self.workers}, server_pgid=None,
+            window.measure,
+            window.end,
+            load_pids={w.proc.pid for w in self.workers},
+            server_pgid=None,
         )
         reports = []
         for worker in self.workers:
@@ -965,8 +930,16 @@ def _dist_version(name: str) -> str:
 def _skipped(reason: str) -> Result:
     print(f"DBOS baseline skipped: {reason}", flush=True)
     return Result(
-        name="C: DBOS step checkpoints", unit="steps", rate=None, p50_ms=None, p99_ms=None,
-        completed=0, errors=0, error_samples=[], goal=DBOS_GOAL, note=f"skipped: {reason}",
+        name="C: DBOS step checkpoints",
+        unit="steps",
+        rate=None,
+        p50_ms=None,
+        p99_ms=None,
+        completed=0,
+        errors=0,
+        error_samples=[],
+        goal=DBOS_GOAL,
+        note=f"skipped: {reason}",
     )
 
 
@@ -979,25 +952,21 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def print_table(results: list[Result]) -> None:
     header = ["name", "per second", "p50 ms", "p99 ms", "ratio", "goal", "met?"]
-    rows = [header]
+    rows: list[list[str]] = []
     for r in results:
         met = {None: "–", True: "yes", False: "NO"}[r.met]
-        rows.append([
-            r.name,
-            "skipped" if r.rate is None else f"{r.rate:,.1f} {r.unit}",
-            _fmt(r.p50_ms),
-            _fmt(r.p99_ms),
-            _fmt(r.ratio, 2),
-            "–" if r.goal is None else f"≥ {r.goal:g}",
-            met if r.goal is not None else ("report" if r.ratio is not None else "–"),
-        ])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for index, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])]
-        cells += [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        print("  ".join(cells))
-        if index == 0:
-            print("  ".join("-" * w for w in widths))
+        rows.append(
+            [
+                r.name,
+                "skipped" if r.rate is None else f"{r.rate:,.1f} {r.unit}",
+                _fmt(r.p50_ms),
+                _fmt(r.p99_ms),
+                _fmt(r.ratio, 2),
+                "–" if r.goal is None else f"≥ {r.goal:g}",
+                met if r.goal is not None else ("report" if r.ratio is not None else "–"),
+            ]
+        )
+    print_grid(header, rows, right_align=True)
 
 
 def print_cpu_table(results: list[Result]) -> None:
@@ -1005,26 +974,33 @@ def print_cpu_table(results: list[Result]) -> None:
     measured = [r for r in results if r.cpu_ms_per_lifecycle]
     if not measured:
         return
-    print("\nCPU ms per lifecycle (DBOS: per 2-step workflow), from /proc; other work's share "
-          "of the machine in brackets:")
+    print(
+        "\nCPU ms per lifecycle (DBOS: per 2-step workflow), from /proc; other work's share "
+        "of the machine in brackets:"
+    )
     width = max(len(r.name) for r in measured)
     print(f"  {'name'.ljust(width)}  server  postgres  load gen   total")
     for r in measured:
         ms = r.cpu_ms_per_lifecycle
         total = sum(ms.values())
-        print(f"  {r.name.ljust(width)}  {ms.get('server', 0):6.2f}  {ms.get('postgres', 0):8.2f}"
-              f"  {ms.get('load generator', 0):8.2f}  {total:6.2f}"
-              f"   ({r.cpu_percent.get('other', 0):g}% other)")
+        print(
+            f"  {r.name.ljust(width)}  {ms.get('server', 0):6.2f}  {ms.get('postgres', 0):8.2f}"
+            f"  {ms.get('load generator', 0):8.2f}  {total:6.2f}"
+            f"   ({r.cpu_percent.get('other', 0):g}% other)"
+        )
     ledger, bare = results[0], results[1]
     if ledger.cpu_ms_per_lifecycle and bare.cpu_ms_per_lifecycle:
+
         def serving(r: Result) -> float:
             return r.cpu_ms_per_lifecycle.get("server", 0) + r.cpu_ms_per_lifecycle.get(
                 "postgres", 0
             )
 
         if serving(ledger):
-            print(f"  By CPU cost (server + PostgreSQL), ledger ÷ A = "
-                  f"{serving(bare) / serving(ledger):.2f}.")
+            print(
+                f"  By CPU cost (server + PostgreSQL), ledger ÷ A = "
+                f"{serving(bare) / serving(ledger):.2f}."
+            )
 
 
 def print_round(name: str, unit: str, m: Measurement, per_lifecycle: int = 1) -> None:
@@ -1066,13 +1042,19 @@ def write_json(
     RESULT_FILE.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                    "note": machine_note()},
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "note": machine_note(),
+        },
         "config": {
-            "clients": opts.clients, "rounds": opts.rounds, "warmup_s": opts.warmup,
-            "duration_s_per_round": opts.duration, "server": server_label,
+            "clients": opts.clients,
+            "rounds": opts.rounds,
+            "warmup_s": opts.warmup,
+            "duration_s_per_round": opts.duration,
+            "server": server_label,
             "client": f"stdlib http.client, keep-alive, one connection per client thread, "
-                      f"{opts.client_processes} process(es)",
+            f"{opts.client_processes} process(es)",
         },
         "results": [{**asdict(r), "met": r.met} for r in results],
         "rows_written": writes,
@@ -1088,9 +1070,12 @@ def benchmark(opts: Options) -> int:
     if not base_url:
         raise SystemExit("DATABASE_URL is not set (run it through `make bench`).")
     label = f"gunicorn gthread, {opts.workers} workers × {opts.threads} threads"
-    print(f"Effect lifecycle benchmark: {opts.clients} concurrent clients; {opts.rounds} "
-          f"interleaved rounds of {opts.warmup:g} s warm-up + {opts.duration:g} s measured "
-          f"per contender; {label}.", flush=True)
+    print(
+        f"Effect lifecycle benchmark: {opts.clients} concurrent clients; {opts.rounds} "
+        f"interleaved rounds of {opts.warmup:g} s warm-up + {opts.duration:g} s measured "
+        f"per contender; {label}.",
+        flush=True,
+    )
     print(f"Machine: {machine_note()}.", flush=True)
     dbos_skip: str | None = "--skip-dbos" if opts.skip_dbos else None
     # Without HTTP, baseline B and DBOS run their clients in one process per core (like
@@ -1098,7 +1083,7 @@ def benchmark(opts: Options) -> int:
     parallel = min(opts.clients, os.cpu_count() or 1)
     measurements: dict[str, list[Measurement]] = {}
     with contextlib.ExitStack() as stack:
-        stack.callback(_drop_quietly, base_url, bench_database(base_url), opts)
+        stack.callback(_drop_quietly, base_url, bench_database(base_url, BENCH_DB), opts)
         db = prepare_database(base_url)
         dbos: DbosContender | None = None
         if dbos_skip is None:
@@ -1108,28 +1093,29 @@ def benchmark(opts: Options) -> int:
             except DbosUnavailable as exc:
                 dbos_skip = str(exc)
         ledger_server = stack.enter_context(gunicorn("config.wsgi:application", db.env, opts))
-        bare_server = stack.enter_context(
-            gunicorn("bench.baseline_wsgi:application", db.env, opts)
-        )
+        bare_server = stack.enter_context(gunicorn("bench.baseline_wsgi:application", db.env, opts))
         contenders: list[Contender] = [
             LoadContender(
                 f"ledger ({opts.workers}w×{opts.threads}t)",
                 lambda c: HttpSession(
                     ledger_server.base_url, db.ledger_key, c, opts.reconnect_every
                 ),
-                opts, ledger_server,
+                opts,
+                ledger_server,
             ),
             LoadContender(
                 "A: bare WSGI + psycopg, same SQL",
                 lambda c: HttpSession(
                     bare_server.base_url, db.baseline_key, c, opts.reconnect_every
                 ),
-                opts, bare_server,
+                opts,
+                bare_server,
             ),
             LoadContender(
                 "B: raw psycopg, same SQL, no HTTP",
                 lambda c: DirectSession(db.url, db.baseline_key, c),
-                dataclasses.replace(opts, client_processes=parallel), None,
+                dataclasses.replace(opts, client_processes=parallel),
+                None,
             ),
         ]
         if dbos is not None:
@@ -1151,8 +1137,12 @@ def benchmark(opts: Options) -> int:
                     continue
                 measurements.setdefault(contender.name, []).append(m)
                 is_dbos = contender is dbos
-                print_round(contender.name, "steps" if is_dbos else "lifecycles", m,
-                            per_lifecycle=2 if is_dbos else 1)
+                print_round(
+                    contender.name,
+                    "steps" if is_dbos else "lifecycles",
+                    m,
+                    per_lifecycle=2 if is_dbos else 1,
+                )
         writes = writes_check(db.url)
     results = collect(parallel, contenders, measurements, dbos, dbos_skip, opts)
     print()
@@ -1160,9 +1150,11 @@ def benchmark(opts: Options) -> int:
     print_cpu_table(results)
     print_writes(writes)
     print()
-    print(f"ratio = ledger lifecycles/s ÷ the baseline's rate (DBOS: ÷ steps/s). "
-          f"Server: {label} (ledger and A alike). Clients: {opts.clients} threads in "
-          f"{opts.client_processes} process(es), stdlib http.client with keep-alive.")
+    print(
+        f"ratio = ledger lifecycles/s ÷ the baseline's rate (DBOS: ÷ steps/s). "
+        f"Server: {label} (ledger and A alike). Clients: {opts.clients} threads in "
+        f"{opts.client_processes} process(es), stdlib http.client with keep-alive."
+    )
     print(f"Machine: {machine_note()}.")
     warning = busy_warning(results)
     if warning:
@@ -1185,21 +1177,36 @@ def collect(
     opts: Options,
 ) -> list[Result]:
     ledger_name, bare_name, direct_name = (c.name for c in contenders[:3])
-    ledger = summarise(ledger_name, "lifecycles", measurements[ledger_name],
-                       note="POST /effects (claim) + POST /outcome over HTTP")
-    bare = summarise(bare_name, "lifecycles", measurements[bare_name],
-                     note="same statements and transactions; no framework, validation, "
-                          "redaction")
+    ledger = summarise(
+        ledger_name,
+        "lifecycles",
+        measurements[ledger_name],
+        note="POST /effects (claim) + POST /outcome over HTTP",
+    )
+    bare = summarise(
+        bare_name,
+        "lifecycles",
+        measurements[bare_name],
+        note="same statements and transactions; no framework, validation, redaction",
+    )
     bare.ratio, bare.goal = _ratio(ledger.rate, bare.rate), LEDGER_GOAL
-    direct = summarise(direct_name, "lifecycles", measurements[direct_name],
-                       note=f"{opts.clients} threads in {parallel} processes, one psycopg "
-                            "connection each")
+    direct = summarise(
+        direct_name,
+        "lifecycles",
+        measurements[direct_name],
+        note=f"{opts.clients} threads in {parallel} processes, one psycopg connection each",
+    )
     direct.ratio = _ratio(ledger.rate, direct.rate)
     results = [ledger, bare, direct]
     if dbos is not None and dbos_skip is None:
-        steps = summarise(dbos.name, "steps", measurements[dbos.name], per_lifecycle=2,
-                          note=f"{opts.clients} threads in {parallel} processes (DBOS executors); "
-                               "p50/p99 per 2-step workflow")
+        steps = summarise(
+            dbos.name,
+            "steps",
+            measurements[dbos.name],
+            per_lifecycle=2,
+            note=f"{opts.clients} threads in {parallel} processes (DBOS executors); "
+            "p50/p99 per 2-step workflow",
+        )
         steps.ratio, steps.goal = _ratio(ledger.rate, steps.rate), DBOS_GOAL
         results.append(steps)
     else:
@@ -1224,8 +1231,12 @@ def writes_check(url: str) -> dict[str, dict[str, float]]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(WRITES_SQL).fetchall()
     return {
-        name: {"effects": int(effects), "confirmed": int(confirmed), "runs": int(runs),
-               "events_per_effect": round(int(events) / effects, 3) if effects else 0.0}
+        name: {
+            "effects": int(effects),
+            "confirmed": int(confirmed),
+            "runs": int(runs),
+            "events_per_effect": round(int(events) / effects, 3) if effects else 0.0,
+        }
         for name, effects, confirmed, events, runs in rows
     }
 
@@ -1233,12 +1244,16 @@ def writes_check(url: str) -> dict[str, dict[str, float]]:
 def print_writes(writes: dict[str, dict[str, float]]) -> None:
     print("\nRows written (agent 'bench': the ledger; 'bench-baseline': A and B):")
     for name, w in writes.items():
-        print(f"  {name}: {w['effects']:.0f} effects ({w['confirmed']:.0f} confirmed), "
-              f"{w['events_per_effect']:g} events per effect, {w['runs']:.0f} runs")
+        print(
+            f"  {name}: {w['effects']:.0f} effects ({w['confirmed']:.0f} confirmed), "
+            f"{w['events_per_effect']:g} events per effect, {w['runs']:.0f} runs"
+        )
     per_effect = {w["events_per_effect"] for w in writes.values()}
     if len(per_effect) > 1:
-        print("  Warning: the ledger and the baseline did not write the same events per "
-              "lifecycle: the baseline's SQL needs updating (bench/baseline_wsgi.py).")
+        print(
+            "  Warning: the ledger and the baseline did not write the same events per "
+            "lifecycle: the baseline's SQL needs updating (bench/baseline_wsgi.py)."
+        )
 
 
 def _ratio(ledger: float | None, baseline: float | None) -> float | None:
@@ -1262,8 +1277,11 @@ DJANGO = "Django: WSGI handler, middleware, URL routing"
 NINJA = "ninja dispatch + view glue (atomic(), COMMIT, Intent)"
 PHASES: list[tuple[str, str, str]] = [
     (NINJA, "ninja.operation:Operation", "run"),
-    ("auth: API-key lookup (+ Django's health-check SELECT 1)",
-     "ninja.operation:Operation", "_run_checks"),
+    (
+        "auth: API-key lookup (+ Django's health-check SELECT 1)",
+        "ninja.operation:Operation",
+        "_run_checks",
+    ),
     ("input: JSON parse, checks, pydantic", "ninja.operation:Operation", "_get_values"),
     ("view: tool policy lookup (policy_for)", "ledger.api", "policy_for"),
     ("view: record_intent (key lookup, seq, insert, event)", "ledger.api", "record_intent"),
@@ -1271,8 +1289,11 @@ PHASES: list[tuple[str, str, str]] = [
     ("view: effect lookup (_own_effect)", "ledger.api", "_own_effect"),
     ("view: record_outcome (update, event)", "ledger.api", "record_outcome"),
     ("view: response dict + upstreams query (_show)", "ledger.api", "_show"),
-    ("output: pydantic response model + JSON render",
-     "ninja.operation:Operation", "_result_to_response"),
+    (
+        "output: pydantic response model + JSON render",
+        "ninja.operation:Operation",
+        "_result_to_response",
+    ),
 ]
 # Nested work worth its own row wherever it happens (redaction inside record_intent, …).
 DETAILS: list[tuple[str, str, str]] = [
@@ -1323,8 +1344,11 @@ class PhaseClock:
                 return fn(*args, **kwargs)
             finally:
                 clock.round_trips += 1
-                clock._add(clock.db, clock.stack[-1] if clock.stack else DJANGO,
-                           time.perf_counter() - began)
+                clock._add(
+                    clock.db,
+                    clock.stack[-1] if clock.stack else DJANGO,
+                    time.perf_counter() - began,
+                )
 
         return timed
 
@@ -1367,8 +1391,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("HMACs and digests", ("ledger/digests.py", "hmac.py", "_hashlib", "hashlib", "_sha2")),
     ("JSON encode/decode (jsonenc, json)", ("ledger/jsonenc.py", "/json/", "_json", "unicodedata")),
     ("ledger logic (other)", ("ledger/",)),
-    ("Django request handling + middleware", ("/django/", "/axes/", "/csp/", "/whitenoise/",
-                                              "django_htmx", "/asgiref/")),
+    (
+        "Django request handling + middleware",
+        ("/django/", "/axes/", "/csp/", "/whitenoise/", "django_htmx", "/asgiref/"),
+    ),
 ]
 OTHER_LAYER = "other (stdlib: uuid, datetime, re, threading …)"
 
@@ -1402,13 +1428,25 @@ class WsgiCaller:
 
     def serve(self, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
         environ = {
-            "REQUEST_METHOD": "POST", "PATH_INFO": path, "QUERY_STRING": "",
-            "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "HTTP_HOST": "127.0.0.1:8000",
-            "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1", "SCRIPT_NAME": "",
-            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
-            "HTTP_AUTHORIZATION": self.authorization, "wsgi.input": io.BytesIO(body),
-            "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "wsgi.version": (1, 0),
-            "wsgi.multithread": True, "wsgi.multiprocess": True, "wsgi.run_once": False,
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": path,
+            "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000",
+            "HTTP_HOST": "127.0.0.1:8000",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "SCRIPT_NAME": "",
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(body)),
+            "HTTP_AUTHORIZATION": self.authorization,
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.url_scheme": "http",
+            "wsgi.errors": sys.stderr,
+            "wsgi.version": (1, 0),
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
         }
         status: list[str] = []
         result = self.app(environ, lambda s, headers, exc_info=None: status.append(s))
@@ -1432,8 +1470,10 @@ def profile(opts: Options) -> int:
     try:
         db = prepare_database(base_url)
         os.environ.update(
-            DATABASE_URL=db.url, DJANGO_SETTINGS_MODULE="config.settings",
-            DJANGO_DEBUG="false", LOG_LEVEL="WARNING",
+            DATABASE_URL=db.url,
+            DJANGO_SETTINGS_MODULE="config.settings",
+            DJANGO_DEBUG="false",
+            LOG_LEVEL="WARNING",
         )
         from config.wsgi import application
 
@@ -1451,11 +1491,15 @@ def profile(opts: Options) -> int:
 
         run(50)  # warm up: imports, connection, caches
         wall, cpu = run(n)
-        print(f"Profile of the ledger's hot path: {n} lifecycles (POST /effects with claim + "
-              "POST /outcome) in-process, the WSGI application called directly on one thread, "
-              "PostgreSQL on this machine.")
-        print(f"\nPlain run: {1000 * wall / n:.2f} ms per lifecycle ({n / wall:.0f}/s on one "
-              f"thread), of which {1000 * cpu / n:.2f} ms CPU in this process.")
+        print(
+            f"Profile of the ledger's hot path: {n} lifecycles (POST /effects with claim + "
+            "POST /outcome) in-process, the WSGI application called directly on one thread, "
+            "PostgreSQL on this machine."
+        )
+        print(
+            f"\nPlain run: {1000 * wall / n:.2f} ms per lifecycle ({n / wall:.0f}/s on one "
+            f"thread), of which {1000 * cpu / n:.2f} ms CPU in this process."
+        )
 
         # 1. Phases, timed by wrappers: no profiler distortion.
         clock = PhaseClock()
@@ -1472,8 +1516,10 @@ def profile(opts: Options) -> int:
         profiler.disable()
         raw: dict[Any, Any] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
         total = sum(v[2] for v in raw.values())
-        print(f"\nUnder cProfile ({1000 * total / n:.2f} ms per lifecycle: the profiler's own "
-              "cost lands on Python code, so Python shares come out high):")
+        print(
+            f"\nUnder cProfile ({1000 * total / n:.2f} ms per lifecycle: the profiler's own "
+            "cost lands on Python code, so Python shares come out high):"
+        )
         print_layers(raw, total, n)
         print_top(raw, n, by="cumulative")
         print_top(raw, n, by="self", limit=15)
@@ -1482,14 +1528,16 @@ def profile(opts: Options) -> int:
             from django.db import connections
 
             connections.close_all()
-        _drop_quietly(base_url, bench_database(base_url), opts)
+        _drop_quietly(base_url, bench_database(base_url, BENCH_DB), opts)
     return 0
 
 
 def print_phases(clock: PhaseClock, wall: float, n: int) -> None:
-    print(f"\nBy phase (wall time per lifecycle = 2 requests; {clock.round_trips / n:.0f} psycopg "
-          "waits per lifecycle, each attributed to the phase that made it; the Python column is "
-          "the rest, and it does not depend on how busy PostgreSQL is):")
+    print(
+        f"\nBy phase (wall time per lifecycle = 2 requests; {clock.round_trips / n:.0f} psycopg "
+        "waits per lifecycle, each attributed to the phase that made it; the Python column is "
+        "the rest, and it does not depend on how busy PostgreSQL is):"
+    )
     print("      %   wall ms   PostgreSQL ms   Python ms   phase")
     total = sum(clock.own.values())
     labels = [DJANGO] + [label for label, _, _ in PHASES]
@@ -1499,12 +1547,16 @@ def print_phases(clock: PhaseClock, wall: float, n: int) -> None:
         if label in details and not own:
             continue
         db = clock.db.get(label, 0.0)
-        print(f"  {100 * own / total:5.1f}%  {1000 * own / n:8.2f}  {1000 * db / n:14.2f}  "
-              f"{1000 * (own - db) / n:10.2f}   {label}")
+        print(
+            f"  {100 * own / total:5.1f}%  {1000 * own / n:8.2f}  {1000 * db / n:14.2f}  "
+            f"{1000 * (own - db) / n:10.2f}   {label}"
+        )
     waits = sum(clock.db.values())
-    print(f"  {100.0:5.1f}%  {1000 * total / n:8.2f}  {1000 * waits / n:14.2f}  "
-          f"{1000 * (total - waits) / n:10.2f}   total: {100 * waits / total:.0f}% waiting for "
-          f"PostgreSQL, {100 * (1 - waits / total):.0f}% Python")
+    print(
+        f"  {100.0:5.1f}%  {1000 * total / n:8.2f}  {1000 * waits / n:14.2f}  "
+        f"{1000 * (total - waits) / n:10.2f}   total: {100 * waits / total:.0f}% waiting for "
+        f"PostgreSQL, {100 * (1 - waits / total):.0f}% Python"
+    )
     if abs(total - wall) > 0.05 * wall:
         print(f"  (the timed phases cover {100 * total / wall:.0f}% of the run's wall time)")
 
@@ -1535,8 +1587,10 @@ def print_top(raw: dict[Any, Any], n: int, *, by: str = "cumulative", limit: int
         label = _func_label(key)
         if "lifecycle.py" in label or "_lsprof" in label:
             continue
-        print(f"  {1000 * cumulative / n:7.2f}  {1000 * self_time / n:8.3f}  {calls / n:6.1f}  "
-              f"{label}")
+        print(
+            f"  {1000 * cumulative / n:7.2f}  {1000 * self_time / n:8.3f}  {calls / n:6.1f}  "
+            f"{label}"
+        )
         shown += 1
         if shown >= limit:
             break
@@ -1545,24 +1599,11 @@ def print_top(raw: dict[Any, Any], n: int, *, by: str = "cumulative", limit: int
 # --- Entry point -----------------------------------------------------------------------------
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    print(f"signal {signum}: stopping what this benchmark started", file=sys.stderr, flush=True)
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     opts, args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.dbos_worker:
         return dbos_worker(args.dbos_worker, args.dbos_executor, opts.clients)
-    # SIGTERM unwinds like Ctrl-C, so every `finally` stops what it started.
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        return profile(opts) if opts.profile else benchmark(opts)
-    except KeyboardInterrupt:
-        print("interrupted: stopped what this benchmark started", file=sys.stderr)
-        return 130
+    return run_stoppable(lambda: profile(opts) if opts.profile else benchmark(opts))
 
 
 if __name__ == "__main__":

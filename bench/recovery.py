@@ -49,7 +49,6 @@ import math
 import os
 import platform
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -64,7 +63,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+# Run as a file, this script has bench/ on sys.path: `bench.…` imports need the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import (
+    CLOCK_TICKS,
+    ROOT,
+    bench_database,
+    drop_database,
+    fresh_database,
+    machine_ticks,
+    print_grid,
+    process_ticks,
+    run_stoppable,
+    stop_group,
+)
+
 RESULT_FILE = ROOT / "var" / "bench" / "recovery.json"
 RECOVERY_GOAL = 300.0  # effects resolved per second, two workers
 ESCALATION_GOAL = 1.0  # seconds for one escalation sweep over 1M effects
@@ -76,7 +90,6 @@ REQUEST = {"amount": "10.00", "currency": "EUR"}
 LEASE_SECONDS = 60
 INCOMPLETE = ("planned", "dispatching", "awaiting_confirmation", "unknown")
 UNRESOLVED = ("dispatching", "awaiting_confirmation", "unknown")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 READY = re.compile(r"sandbox \w+ listening on (http://\S+)")
 
 
@@ -189,66 +202,11 @@ class Report:
 # --- Databases -------------------------------------------------------------------------------
 
 
-def database_url(url: str, name: str) -> str:
-    """`url` pointing at database `name` instead (user, host, port and query kept)."""
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
-def database_name(url: str) -> str:
-    name = urlsplit(url).path.lstrip("/")
-    if not name:
-        raise SystemExit("DATABASE_URL names no database")
-    return name
-
-
-def bench_database(base_url: str) -> str:
-    return f"{database_name(base_url)}_bench_recovery"
-
-
-def _maintenance(url: str) -> Any:
-    import psycopg
-
-    return psycopg.connect(database_url(url, "postgres"), autocommit=True)
-
-
-def recreate_database(base_url: str, name: str) -> None:
-    from psycopg import sql
-
-    with _maintenance(base_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def drop_database(base_url: str, name: str) -> None:
-    from psycopg import sql
-
-    with _maintenance(base_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-
-
 def drop_quietly(base_url: str, name: str) -> None:
     try:
         drop_database(base_url, name)
     except Exception as exc:  # the run's result matters more than the cleanup
         print(f"could not drop {name}: {exc}", file=sys.stderr)
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
 
 
 # --- Redis: a database index of our own ------------------------------------------------------
@@ -281,19 +239,6 @@ def release_redis_db(client: Any) -> None:
 
 
 # --- Processes we start ----------------------------------------------------------------------
-
-
-def stop_group(proc: subprocess.Popen[Any], *, grace: float = 10.0) -> None:
-    """Stop a process started with `start_new_session=True`, and everything in its group."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(grace)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(5)
 
 
 @contextlib.contextmanager
@@ -386,22 +331,13 @@ def rq_workers(
 def _proc_ticks() -> dict[int, tuple[str, int]]:
     """pid → (command line, user + system ticks) for every process we can read."""
     ticks: dict[int, tuple[str, int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for pid, _comm, _pgrp, used in process_ticks():
         try:
-            raw = Path(entry.path, "stat").read_text()
-            cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmdline = Path("/proc", str(pid), "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        rest = raw[raw.rindex(")") + 2 :].split()
-        ticks[int(entry.name)] = (cmdline, int(rest[11]) + int(rest[12]))
+        ticks[pid] = (cmdline, used)
     return ticks
-
-
-def _machine_ticks() -> tuple[int, int]:
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
-    return sum(values), sum(values) - values[3] - values[4]
 
 
 @dataclass
@@ -415,11 +351,11 @@ class CpuWindow:
 
     def start(self) -> None:
         with contextlib.suppress(OSError):
-            self.before, self.machine_before = _proc_ticks(), _machine_ticks()
+            self.before, self.machine_before = _proc_ticks(), machine_ticks()
 
     def stop(self) -> None:
         try:
-            after, (total, busy) = _proc_ticks(), _machine_ticks()
+            after, (total, busy) = _proc_ticks(), machine_ticks()
         except OSError:
             return
         used: Counter[str] = Counter()
@@ -442,8 +378,6 @@ def setup_django(env: dict[str, str]) -> None:
         DJANGO_DEBUG="false",
         LOG_LEVEL="WARNING",
     )
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     import django
 
     django.setup()
@@ -1339,14 +1273,8 @@ def print_table(report: Report) -> None:
             "yes" if report.correct else "NO",
         )
     )
-    header = ("measurement", "value", "goal", "met?")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
-    line = "  ".join("-" * w for w in widths)
     print()
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    print(line)
-    for row in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+    print_grid(("measurement", "value", "goal", "met?"), rows)
 
 
 def code_version() -> str:
@@ -1404,7 +1332,7 @@ def benchmark(opts: Options) -> int:
     redis_base = os.environ.get("REDIS_URL", "")
     if not base_url or not redis_base:
         raise SystemExit("DATABASE_URL and REDIS_URL must be set (run it through `make bench`).")
-    name = bench_database(base_url)
+    name = bench_database(base_url, "bench_recovery")
     report = Report()
     print(
         f"Recovery and escalation benchmark on {os.cpu_count()} CPUs; database {name}; "
@@ -1418,18 +1346,7 @@ def benchmark(opts: Options) -> int:
         if not opts.keep_db:
             stack.callback(drop_quietly, base_url, name)
         start = time.perf_counter()
-        recreate_database(base_url, name)
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url(base_url, name),
-            "REDIS_URL": redis_url,
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "DJANGO_DEBUG": "false",
-            "LOG_LEVEL": "WARNING",
-        }
-        manage(env, "migrate", "--verbosity", "0")
-        manage(env, "loadtools", "tools.toml")
-        manage(env, "createagent", "bench")
+        env, _ = fresh_database(base_url, name, ["bench"], REDIS_URL=redis_url)
         setup_django(env)
         from django.db import connections
 
@@ -1463,22 +1380,9 @@ def benchmark(opts: Options) -> int:
     return 0
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    print(f"signal {signum}: stopping what this benchmark started", file=sys.stderr, flush=True)
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
-    # SIGTERM unwinds like Ctrl-C, so every `finally` stops what it started.
-    signal.signal(signal.SIGTERM, _terminate)
-    # Ctrl-C raises KeyboardInterrupt even when started from a shell that ignores SIGINT.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return benchmark(opts)
-    except KeyboardInterrupt:
-        print("interrupted: stopped what this benchmark started", file=sys.stderr)
-        return 130
+    return run_stoppable(lambda: benchmark(opts), restore_sigint=True)
 
 
 if __name__ == "__main__":
