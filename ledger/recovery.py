@@ -27,7 +27,7 @@ from ledger.states import INCOMPLETE, Status
 from ledger.tools import Policy, policies_for
 from ledger.transitions import Superseded, transition
 from reconcilers.queue import wake
-from reviews.models import Reason
+from reviews.models import Reason, ReviewItem
 from reviews.queue import open_review
 
 RETRY_SAFE, RECONCILE, REVIEW, WAIT = "retry_safe", "reconcile", "review", "wait"
@@ -93,6 +93,12 @@ def _blocked_ids(effect_ids: list[Any]) -> set[Any]:
         return {row[0] for row in cursor.fetchall()}
 
 
+def _open_reviews(effect_ids: list[Any]) -> dict[Any, str]:
+    """Effects a person has been asked about: nothing automatic may act on them."""
+    rows = ReviewItem.objects.filter(effect_id__in=effect_ids, resolved_at__isnull=True)
+    return dict(rows.values_list("effect_id", "reason"))
+
+
 @dataclass
 class Planned:
     effect: Effect
@@ -118,8 +124,15 @@ def recover(
     now = database_now()
     policies = policies_for({e.tool for e in effects})
     blocked = _blocked_ids([e.id for e in effects])
+    waiting_for_people = _open_reviews([e.id for e in effects])
     plan = [
-        Planned(e, decide(e, policies[e.tool], blocked=e.id in blocked, now=now)) for e in effects
+        Planned(
+            e,
+            Decision(REVIEW, waiting_for_people[e.id])
+            if e.id in waiting_for_people
+            else decide(e, policies[e.tool], blocked=e.id in blocked, now=now),
+        )
+        for e in effects
     ]
     if not dry_run:
         actor = f"agent:{agent.name} (recovery)"

@@ -129,3 +129,13 @@ def test_recovery_filters_by_owner_and_counts_by_status(alice):
     body = alice.post("/recovery", {"owner": "w-1", "dry_run": True}).json()
     assert [item["effect"]["id"] for item in body["effects"]] == [mine["id"]]
     assert body["counts_by_status"] == {"dispatching": 1, "confirmed": 1}
+
+
+def test_an_effect_with_an_open_review_item_is_left_to_the_person(alice):
+    from reviews.queue import open_review
+
+    effect = _expired(alice, "lookup", "create_ticket")  # would otherwise be reconciled
+    open_review(effect["id"], "reconciliation_inconclusive")
+    item = alice.post("/recovery", {}).json()["effects"][0]
+    assert (item["action"], item["reason"]) == ("review", "reconciliation_inconclusive")
+    assert Effect.objects.get(pk=effect["id"]).next_check_at is None

@@ -1,0 +1,46 @@
+"""Python client for Effect Ledger (depends on httpx only).
+
+ledger = Ledger("http://127.0.0.1:8000", key, owner="executor-1")
+with ledger.effect(run_id, "pay", "charge_card", "acct_42", request) as e:
+    if not e.replayed:
+        charge = provider.charge(request, idempotency_key=e.idempotency_key)
+        e.confirm(charge["id"], charge)
+"""
+
+from ledger_client.client import EffectBlock, Ledger
+from ledger_client.effect import Effect
+from ledger_client.errors import (
+    AttemptsExhausted,
+    Blocked,
+    EffectClosed,
+    EffectKeyConflict,
+    EffectRefused,
+    LeaseLost,
+    LedgerClientError,
+    LedgerRequestError,
+    LedgerUnavailable,
+    NeedsReview,
+    OutcomeMissing,
+    UsageError,
+)
+from ledger_client.recovery import RecoveryItem, RecoveryPlan
+
+__all__ = [
+    "AttemptsExhausted",
+    "Blocked",
+    "Effect",
+    "EffectBlock",
+    "EffectClosed",
+    "EffectKeyConflict",
+    "EffectRefused",
+    "LeaseLost",
+    "Ledger",
+    "LedgerClientError",
+    "LedgerRequestError",
+    "LedgerUnavailable",
+    "NeedsReview",
+    "OutcomeMissing",
+    "RecoveryItem",
+    "RecoveryPlan",
+    "UsageError",
+]

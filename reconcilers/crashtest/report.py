@@ -1,0 +1,139 @@
+"""The crash test's verdict: three sources compared, every difference named.
+
+- the provider: every charge it holds (its own `/_sandbox/transactions`);
+- the ledger: every effect of the run, its status and provider reference, open review items;
+- the expected business outcome: each workflow charges its account exactly once, its amount.
+
+A **duplicate** is a workflow whose account was charged more than once. An **unexplained**
+outcome is anything else that does not add up: a confirmed effect without its charge, a
+charge whose effect is not confirmed and not waiting for a person, a provider reference that
+is not the charge, a wrong amount. An effect left for review is explained (a person will
+decide), and is listed with its reason.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from typing import Any
+
+
+@dataclass
+class Verdict:
+    workflows: int
+    provider_transactions: int
+    crashes_by_point: dict[str, int]
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
+    unexplained: list[dict[str, Any]] = field(default_factory=list)
+    left_for_review: dict[str, int] = field(default_factory=dict)
+    confirmed: int = 0
+    recovery_latency: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.duplicates and not self.unexplained
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["crashes"] = sum(self.crashes_by_point.values())
+        data["ok"] = self.ok
+        return data
+
+    def table(self) -> str:
+        rows = [
+            ("workflows", self.workflows),
+            ("crashes injected", sum(self.crashes_by_point.values())),
+            *((f"  at {point}", n) for point, n in sorted(self.crashes_by_point.items())),
+            ("provider transactions", self.provider_transactions),
+            ("effects confirmed", self.confirmed),
+            ("duplicates (must be 0)", len(self.duplicates)),
+            ("unexplained outcomes (must be 0)", len(self.unexplained)),
+            ("left for review", sum(self.left_for_review.values())),
+            *((f"  {reason}", n) for reason, n in sorted(self.left_for_review.items())),
+            *(
+                (f"recovery latency {name}", f"{value:.2f} s")
+                for name, value in self.recovery_latency.items()
+            ),
+        ]
+        width = max(len(str(label)) for label, _ in rows)
+        return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def latency_summary(latencies: list[float]) -> dict[str, float]:
+    if not latencies:
+        return {}
+    ordered = sorted(latencies)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"p50": statistics.median(ordered), "p95": p95, "max": ordered[-1]}
+
+
+def compare(
+    workflows: list[dict[str, Any]],
+    charges: list[dict[str, Any]],
+    effects: list[dict[str, Any]],
+    reviews: dict[str, str],
+    crashes_by_point: dict[str, int],
+    latencies: list[float],
+) -> Verdict:
+    """`workflows`: run_id, account, amount. `charges`: the provider's charges (id, account,
+    amount). `effects`: the ledger's (id, run_id, status, provider_ref). `reviews`: effect id →
+    reason of its open review item."""
+    verdict = Verdict(
+        workflows=len(workflows),
+        provider_transactions=len(charges),
+        crashes_by_point=dict(crashes_by_point),
+        recovery_latency=latency_summary(latencies),
+    )
+    # Accounts are one per workflow, so a charge belongs to a workflow even when the provider
+    # ignored (and so did not keep) the idempotency key.
+    charges_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for charge in charges:
+        charges_of[str(charge.get("account"))].append(charge)
+    effect_of = {e["run_id"]: e for e in effects}
+    review_reasons: Counter[str] = Counter()
+    for workflow in workflows:
+        run_id, account = workflow["run_id"], workflow["account"]
+        mine = charges_of.pop(account, [])
+        effect = effect_of.get(run_id)
+        status = effect["status"] if effect else "missing"
+        reason = reviews.get(str(effect["id"])) if effect else None
+        if len(mine) > 1:
+            verdict.duplicates.append(
+                {"run_id": run_id, "charges": [c["id"] for c in mine], "status": status}
+            )
+            continue
+        if status == "confirmed":
+            verdict.confirmed += 1
+            if not mine:
+                verdict.unexplained.append({"run_id": run_id, "why": "confirmed, no charge"})
+            elif effect["provider_ref"] != mine[0]["id"]:
+                verdict.unexplained.append(
+                    {
+                        "run_id": run_id,
+                        "why": "provider_ref is not the charge",
+                        "provider_ref": effect["provider_ref"],
+                        "charge": mine[0]["id"],
+                    }
+                )
+            elif Decimal(str(mine[0]["amount"])) != Decimal(str(workflow["amount"])):
+                verdict.unexplained.append({"run_id": run_id, "why": "wrong amount"})
+        elif reason:
+            review_reasons[reason] += 1
+        elif mine:
+            verdict.unexplained.append(
+                {"run_id": run_id, "why": f"charged, but the effect is {status}"}
+            )
+        elif status != "failed":
+            verdict.unexplained.append({"run_id": run_id, "why": f"not charged, effect {status}"})
+    for account, strays in charges_of.items():
+        verdict.unexplained.append(
+            {
+                "account": account,
+                "why": "charge of no workflow",
+                "charges": [c["id"] for c in strays],
+            }
+        )
+    verdict.left_for_review = dict(review_reasons)
+    return verdict

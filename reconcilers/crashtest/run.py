@@ -1,0 +1,365 @@
+"""The crash test's conductor: a fresh database, the ledger's web process, a reconciler, the
+sandbox payments provider and several workflow workers, all real processes; SIGKILLs at every
+named point; restarts; then the verdict of `reconcilers.crashtest.report`.
+
+Crash points: the four in the workers (`reconcilers.crashtest.worker`), plus the ledger's web
+process and the reconciler, killed at random moments and restarted. A killed worker restarts at
+once in recovery mode (POST /recovery, then its workflows again). Leases are short (2 s) and the
+charge tool's `settle_after` is 3 s, so a run with a hundred crashes takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+from psycopg import sql
+
+from reconcilers.crashtest.report import Verdict, compare
+from reconcilers.crashtest.worker import WORKER_POINTS
+
+ROOT = Path(__file__).resolve().parents[2]
+WEB, RECONCILER = "web", "reconciler"
+LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+@dataclass
+class Options:
+    workflows: int = 60
+    workers: int = 6
+    crashes: int = 100
+    infra_kills: int = 10  # of the crashes, how many hit the web process and the reconciler
+    ignore_keys: bool = False
+    inject_duplicate: bool = False
+    timeout: float = 540.0
+    seed: int = 7
+    report: Path = ROOT / "var" / "crashtest" / "report.json"
+    progress: TextIO = sys.stderr
+
+
+def _database_url(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Stack:
+    """The processes of one run, each restartable."""
+
+    def __init__(self, workdir: Path, env: dict[str, str], opts: Options) -> None:
+        self.workdir = workdir
+        self.env = env
+        self.opts = opts
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.port = _free_port()
+        self.provider_url = ""
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[str]:
+        log = open(self.workdir / f"{name}.log", "a")  # noqa: SIM115 (lives with the process)
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def start_provider(self) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "reconcilers.sandbox.payments",
+            "--port",
+            "0",
+            "--store",
+            str(self.workdir / "payments.sqlite3"),
+        ]
+        if self.opts.ignore_keys:
+            argv.append("--ignore-keys")
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        self.procs["provider"] = proc
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = LISTENING.search(line)
+        if not found:
+            raise RuntimeError(f"the sandbox provider did not start: {line!r}")
+        self.provider_url = found.group(1)
+
+    def start_web(self) -> None:
+        self._spawn(
+            WEB,
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi:application",
+                "--worker-class",
+                "gthread",
+                "--workers",
+                "2",
+                "--threads",
+                "4",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+            ],
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.ledger_url}/health", timeout=1, trust_env=False).is_success:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError("the ledger's web process did not become healthy")
+
+    def start_reconciler(self) -> None:
+        self._spawn(RECONCILER, [sys.executable, "manage.py", "reconcile", "--interval", "0.2"])
+
+    @property
+    def ledger_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v1"
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.kill(name)
+
+
+def _manage(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def _prepare_database(base_url: str, env: dict[str, str], provider_url: str, workdir: Path) -> str:
+    """A fresh database with the charge tool pointed at this run's provider. Returns a key."""
+    name = f"{urlsplit(base_url).path.lstrip('/')}_crashtest"
+    with psycopg.connect(_database_url(base_url, "postgres"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    env["DATABASE_URL"] = _database_url(base_url, name)
+    _manage(env, "migrate", "--noinput", "-v0")
+    tools = workdir / "tools.toml"
+    tools.write_text(
+        "[tools.charge_card]\n"
+        'preset = "idempotent"\nhas_lookup = true\nkey_ttl = "24h"\nsettle_after = "3s"\n'
+        'reconciler = "sandbox_payments"\n'
+        f'reconciler_config = {{ base_url = "{provider_url}", timeout = 3 }}\n'
+    )
+    _manage(env, "loadtools", str(tools))
+    return _manage(env, "createagent", "crashtest").strip().splitlines()[-1]
+
+
+def _plan(opts: Options, rng: random.Random) -> list[dict[str, Any]]:
+    workflows = [
+        {
+            "run_id": f"wf-{i:04d}",
+            "account": f"acct_{i:04d}",
+            "amount": f"{rng.randint(100, 99999) / 100:.2f}",
+            "crashes": [],
+        }
+        for i in range(opts.workflows)
+    ]
+    # One worker crash point per workflow, the points taken in turn, so that every point is
+    # hit about equally; the remaining crashes hit the web process and the reconciler.
+    for n in range(min(len(workflows), max(0, opts.crashes - opts.infra_kills))):
+        workflows[n]["crashes"].append(WORKER_POINTS[n % len(WORKER_POINTS)])
+    return workflows
+
+
+def _progress(out: TextIO, done: int, total: int, crashes: int, started: float) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    out.write(
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} workflows settled, "
+        f"{crashes} crashes, {time.monotonic() - started:5.1f} s"
+    )
+    out.flush()
+
+
+def _settled(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM ledger_effect e WHERE e.status IN ('confirmed', 'failed') "
+        "OR EXISTS (SELECT 1 FROM reviews_reviewitem r WHERE r.effect_id = e.id "
+        "AND r.resolved_at IS NULL)"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@contextlib.contextmanager
+def _workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="crashtest-") as tmp:
+        yield Path(tmp)
+
+
+def run(opts: Options) -> Verdict:
+    rng = random.Random(opts.seed)
+    # Short clocks for the run's processes: inconclusive lookups (a provider that ignores keys)
+    # reach review after three quick tries instead of hours of backoff.
+    env = {
+        **os.environ,
+        "LEDGER_BACKOFF_BASE": "1",
+        "LEDGER_BACKOFF_CAP": "2",
+        "LEDGER_MAX_CHECKS": "3",
+    }
+    with _workdir() as workdir:
+        stack = Stack(workdir, env, opts)
+        try:
+            return _run(stack, opts, rng, workdir)
+        finally:
+            stack.stop_all()
+
+
+def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verdict:
+    stack.start_provider()
+    key = _prepare_database(os.environ["DATABASE_URL"], stack.env, stack.provider_url, workdir)
+    stack.start_web()
+    stack.start_reconciler()
+    workflows = _plan(opts, rng)
+    names = [f"w{n}" for n in range(opts.workers)]
+    crash_dir = workdir / "crashed"
+    plan_file = workdir / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            {
+                "ledger": stack.ledger_url,
+                "provider": stack.provider_url,
+                "key": key,
+                "crash_dir": str(crash_dir),
+                "workers": {name: workflows[i :: opts.workers] for i, name in enumerate(names)},
+            }
+        )
+    )
+    worker_argv = [sys.executable, "-m", "reconcilers.crashtest.worker", str(plan_file)]
+    for name in names:
+        stack._spawn(name, [*worker_argv, name])
+    infra: Counter[str] = Counter()
+    crash_times: dict[str, float] = {}
+    started = time.monotonic()
+    next_infra = started + rng.uniform(1, 4)
+    with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
+        while True:
+            for name in names:
+                code = stack.procs[name].poll()
+                if code == -signal.SIGKILL:
+                    stack._spawn(name, [*worker_argv, name])  # recovery mode: it asks first
+                elif code not in (None, 0):
+                    raise RuntimeError(f"worker {name} failed with {code}; see {name}.log")
+            running = [n for n in names if stack.procs[n].poll() is None]
+            if sum(infra.values()) < opts.infra_kills and time.monotonic() >= next_infra:
+                target = WEB if sum(infra.values()) % 2 == 0 else RECONCILER
+                stack.kill(target)
+                crash_times[f"{target}#{infra[target]}"] = time.time()
+                infra[target] += 1
+                stack.start_web() if target == WEB else stack.start_reconciler()
+                next_infra = time.monotonic() + rng.uniform(1, 4)
+            worker_crashes = len(list(crash_dir.glob("*"))) if crash_dir.exists() else 0
+            _progress(
+                opts.progress,
+                _settled(conn),
+                len(workflows),
+                worker_crashes + sum(infra.values()),
+                started,
+            )
+            if not running and all(stack.procs[n].poll() == 0 for n in names):
+                break
+            if time.monotonic() - started > opts.timeout:
+                raise RuntimeError(f"the run did not settle within {opts.timeout:.0f} s")
+            time.sleep(0.25)
+        opts.progress.write("\n")
+        if opts.inject_duplicate:
+            _charge_behind_the_ledgers_back(stack.provider_url, workflows[0])
+        return _verdict(conn, stack.provider_url, workflows, crash_dir, infra)
+
+
+def _charge_behind_the_ledgers_back(provider_url: str, workflow: dict[str, Any]) -> None:
+    """The report's self-check: a second charge the ledger never heard of must be caught."""
+    httpx.post(
+        f"{provider_url}/charges",
+        trust_env=False,
+        json={"amount": workflow["amount"], "currency": "EUR", "account": workflow["account"]},
+    )
+
+
+def _verdict(
+    conn: psycopg.Connection[Any],
+    provider_url: str,
+    workflows: list[dict[str, Any]],
+    crash_dir: Path,
+    infra: Counter[str],
+) -> Verdict:
+    txns = httpx.get(f"{provider_url}/_sandbox/transactions", trust_env=False).json()
+    records = txns.get("data", txns) if isinstance(txns, dict) else txns
+    charges = [t for t in records if t.get("object") == "charge"]
+    effects = [
+        {"id": str(r[0]), "run_id": r[1], "status": r[2], "provider_ref": r[3], "resolved": r[4]}
+        for r in conn.execute(
+            "SELECT id, run_id, status, provider_ref, extract(epoch FROM resolved_at) "
+            "FROM ledger_effect WHERE kind = 'action'"
+        ).fetchall()
+    ]
+    reviews = {
+        str(effect_id): reason
+        for effect_id, reason in conn.execute(
+            "SELECT effect_id, reason FROM reviews_reviewitem WHERE resolved_at IS NULL"
+        ).fetchall()
+    }
+    by_point: Counter[str] = Counter(infra)
+    latencies = []
+    resolved = {e["run_id"]: e["resolved"] for e in effects}
+    for marker in crash_dir.glob("*") if crash_dir.exists() else []:
+        run_id, point = marker.name.rsplit(".", 1)
+        by_point[point] += 1
+        done = resolved.get(run_id)
+        if done is not None:
+            latencies.append(max(0.0, float(done) - float(marker.read_text())))
+    return compare(workflows, charges, effects, reviews, dict(by_point), latencies)

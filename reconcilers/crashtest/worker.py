@@ -1,0 +1,174 @@
+"""A payment workflow worker for the crash test: an agent that records intent, charges through
+the provider with the effect's idempotency key, and reports the outcome, and that kills itself
+with SIGKILL at the crash points its plan names.
+
+    python -m reconcilers.crashtest.worker PLAN.json NAME
+
+It speaks only HTTP (the agent API and the provider), never imports Django, and keeps nothing
+in memory that matters: a restarted worker calls POST /recovery and carries on. Every call to
+the ledger is retried until it answers (the web process may be killed too); the API is
+idempotent and a repeated claim with the same `claim_id` returns the same lease.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+# Where a worker can die, in the order a workflow passes them.
+BEFORE_SEND = "before_send"  # claimed, nothing sent
+DURING_CALL = "during_call"  # the provider has the request and is still working on it
+AFTER_SEND = "after_send"  # the provider committed, the response was lost on the way back
+BEFORE_PERSIST = "before_persist"  # the response arrived, the outcome was never recorded
+WORKER_POINTS = (BEFORE_SEND, DURING_CALL, AFTER_SEND, BEFORE_PERSIST)
+
+LEASE_SECONDS = 2
+WAIT = 0.3  # between polls of an effect someone else is resolving
+
+
+def die(marker: Path) -> None:
+    """Record that this crash happened (durably, so a restart does not crash here again), then
+    SIGKILL ourselves: no cleanup, no flushing, as a real crash."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    with open(marker, "w") as handle:
+        handle.write(str(time.time()))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Worker:
+    def __init__(self, plan: dict[str, Any], name: str) -> None:
+        self.plan = plan
+        self.name = name
+        self.crashed = Path(plan["crash_dir"])
+        self.ledger = httpx.Client(
+            base_url=plan["ledger"],
+            headers={"Authorization": f"Bearer {plan['key']}"},
+            timeout=10.0,
+            trust_env=False,
+        )
+        self.provider = httpx.Client(base_url=plan["provider"], timeout=5.0, trust_env=False)
+
+    # --- the ledger, retried until it answers ----------------------------------------------
+
+    def call(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        delay = 0.1
+        while True:
+            try:
+                response = self.ledger.request(method, path, json=body)
+            except httpx.TransportError:
+                response = None  # the web process is down or restarting
+            if response is not None and response.status_code < 500:
+                return response
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    # --- crash points ---------------------------------------------------------------------
+
+    def crash_due(self, workflow: dict[str, Any], point: str) -> Path | None:
+        if point not in workflow["crashes"]:
+            return None
+        marker = self.crashed / f"{workflow['run_id']}.{point}"
+        return None if marker.exists() else marker
+
+    # --- one workflow ---------------------------------------------------------------------
+
+    def run(self, workflow: dict[str, Any]) -> None:
+        claim_id = f"{self.name}-{uuid.uuid4()}"  # one per attempt; reused on retries
+        while True:
+            response = self.call(
+                "POST",
+                "/effects",
+                {
+                    "run_id": workflow["run_id"],
+                    "step_id": "charge",
+                    "tool": "charge_card",
+                    "target": workflow["account"],
+                    "request": {"amount": workflow["amount"], "currency": "EUR"},
+                    "claim": True,
+                    "owner": self.name,
+                    "claim_id": claim_id,
+                    "lease_seconds": LEASE_SECONDS,
+                },
+            )
+            effect = response.json()
+            if response.status_code in (200, 201) and effect.get("lease_token"):
+                self.charge(workflow, effect)
+                claim_id = f"{self.name}-{uuid.uuid4()}"
+                continue
+            status = effect.get("status") or effect.get("error")
+            if status in ("confirmed", "failed", "attempts_exhausted", "cancelled"):
+                return
+            if status == "unknown" and self.in_review(workflow):
+                return
+            # Dispatching under an old lease, unknown, awaiting: recovery is deciding.
+            time.sleep(WAIT)
+
+    def in_review(self, workflow: dict[str, Any]) -> bool:
+        """An unknown effect nothing will resolve without a person: no check is scheduled."""
+        plan = self.call("POST", "/recovery", {"run_id": workflow["run_id"], "dry_run": True})
+        items = plan.json().get("effects", [])
+        return any(item["action"] == "review" for item in items)
+
+    def charge(self, workflow: dict[str, Any], effect: dict[str, Any]) -> None:
+        path = f"/effects/{effect['id']}/outcome"
+        token = effect["lease_token"]
+        if marker := self.crash_due(workflow, BEFORE_SEND):
+            die(marker)
+        headers = {"Idempotency-Key": effect["idempotency_key"]}
+        if marker := self.crash_due(workflow, DURING_CALL):
+            # The provider holds the request for a second and then commits; we die meanwhile.
+            headers["X-Sandbox-Fault"] = "hang=1"
+            threading.Timer(0.3, die, args=(marker,)).start()
+        after_send = self.crash_due(workflow, AFTER_SEND)
+        if after_send:
+            headers["X-Sandbox-Fault"] = "drop"
+        body = {"amount": workflow["amount"], "currency": "EUR", "account": workflow["account"]}
+        try:
+            reply = self.provider.post("/charges", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            if after_send:
+                die(after_send)
+            # A lost response is unknown, never failed: recovery asks the provider.
+            self.call("POST", path, {"lease_token": token, "status": "unknown", "error": str(exc)})
+            return
+        if marker := self.crash_due(workflow, BEFORE_PERSIST):
+            die(marker)
+        if reply.status_code in (200, 201):
+            charge = reply.json()
+            outcome = {
+                "lease_token": token,
+                "status": "confirmed",
+                "provider_ref": charge["id"],
+                "response": charge,
+            }
+        elif reply.status_code >= 500:
+            outcome = {"lease_token": token, "status": "unknown", "error": reply.text[:500]}
+        else:
+            outcome = {"lease_token": token, "status": "failed", "error": reply.text[:500]}
+        self.call("POST", path, outcome)
+
+
+def main(argv: list[str]) -> int:
+    plan = json.loads(Path(argv[0]).read_text())
+    name = argv[1]
+    worker = Worker(plan, name)
+    # A restarted worker first asks what it left behind; the ledger starts reconciling it.
+    worker.call("POST", "/recovery", {"owner": name})
+    for workflow in plan["workers"][name]:
+        worker.run(workflow)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

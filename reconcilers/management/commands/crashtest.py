@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from reconcilers.crashtest.run import Options, run
+
+
+class Command(BaseCommand):
+    help = (
+        "Run payment workflows against the sandbox provider while SIGKILLing workers (before "
+        "sending, during the provider call, after the provider committed, before the outcome "
+        "is recorded), the ledger's web process and the reconciler; then compare the "
+        "provider's transactions, the ledger and the expected outcome. Exits 1 on any "
+        "duplicate or unexplained outcome. Uses its own database, <DATABASE_URL name>_crashtest."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--workflows", type=int, default=100)
+        parser.add_argument("--workers", type=int, default=8)
+        parser.add_argument("--crashes", type=int, default=110)
+        parser.add_argument(
+            "--infra-kills",
+            type=int,
+            default=10,
+            help="Of the crashes, how many kill the web process or reconciler.",
+        )
+        parser.add_argument(
+            "--ignore-keys", action="store_true", help="The provider ignores idempotency keys."
+        )
+        parser.add_argument(
+            "--inject-duplicate",
+            action="store_true",
+            help="Self-check: charge once behind the ledger's back; must fail.",
+        )
+        parser.add_argument("--timeout", type=float, default=540.0)
+        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--report", type=Path, default=Options.report)
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+        if o["crashes"] - o["infra_kills"] > o["workflows"]:
+            raise CommandError("Each workflow takes one worker crash: raise --workflows.")
+        opts = Options(
+            workflows=o["workflows"],
+            workers=o["workers"],
+            crashes=o["crashes"],
+            infra_kills=o["infra_kills"],
+            ignore_keys=o["ignore_keys"],
+            inject_duplicate=o["inject_duplicate"],
+            timeout=o["timeout"],
+            seed=o["seed"],
+            report=o["report"],
+        )
+        verdict = run(opts)
+        opts.report.parent.mkdir(parents=True, exist_ok=True)
+        opts.report.write_text(json.dumps(verdict.as_json(), indent=2))
+        self.stdout.write(verdict.table())
+        self.stdout.write(f"report: {opts.report}")
+        for item in verdict.duplicates + verdict.unexplained:
+            self.stdout.write(f"  ! {item}")
+        if not verdict.ok:
+            raise CommandError("duplicates or unexplained outcomes found")

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from reconcilers.jobs import drain
+from reconcilers.schedules import queue_expired_leases
+
+
+class Command(BaseCommand):
+    help = (
+        "Reconcile in a loop without Redis: move expired leases into reconciliation and check "
+        "whatever is due. The ledger is the queue, so any number of these can run side by side."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--interval", type=float, default=1.0, help="Seconds between idle polls."
+        )
+        parser.add_argument("--once", action="store_true", help="One pass, then exit.")
+
+    def handle(self, *args: Any, interval: float, once: bool, **options: Any) -> None:
+        stopping = False
+
+        def stop(signum: int, frame: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        while not stopping:
+            queue_expired_leases()
+            checked = drain()
+            if once:
+                break
+            if not checked:
+                time.sleep(interval)
