@@ -148,6 +148,16 @@ def make_effect(alice) -> Callable[..., Effect]:
     return make
 
 
+def assert_error(response, status: int, code: str) -> dict[str, Any]:
+    """A documented error: the status, JSON, the code, and a sentence saying what is wrong."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"].startswith("application/json")
+    body = response.json()
+    assert body["error"] == code
+    assert isinstance(body["detail"], str) and body["detail"]
+    return body
+
+
 def expire_lease(effect_id: str) -> None:
     """Back-date a lease so that it ran out a second ago by the database clock."""
     with connection.cursor() as cursor:

@@ -18,6 +18,7 @@ from django.test import Client
 
 from ledger.agentkeys import issue_key, revoke
 from ledger.models import Agent, Effect, EffectEvent
+from tests.conftest import assert_error
 
 # (method, path) of every endpoint that needs a key; `{id}` is an effect id.
 KEYED_ENDPOINTS = [
@@ -45,15 +46,6 @@ def call(method: str, path: str, authorization: str | None, body: Any = None):
         content_type="application/json",
         headers=headers,
     )
-
-
-def assert_error(response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert body["error"] == code
-    assert isinstance(body["detail"], str) and body["detail"]
-    return body
 
 
 def snapshot() -> tuple[int, int, dict[Any, tuple[str, int]]]:

@@ -26,7 +26,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from ledger.models import Effect, EffectDependency, EffectEvent, Run
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_error
 
 INTENT = {
     "run_id": "run-1",
@@ -68,15 +68,6 @@ def nothing_written() -> Iterator[None]:
     yield
     assert _counts() == counts
     assert _versions() == versions
-
-
-def assert_error(response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert body["error"] == code
-    assert isinstance(body["detail"], str) and body["detail"]
-    return body
 
 
 def assert_refused_field(response, field: str) -> None:
