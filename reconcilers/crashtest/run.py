@@ -76,7 +76,7 @@ class Stack:
         self.port = _free_port()
         self.provider_url = ""
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[str]:
+    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[str]:
         log = open(self.workdir / f"{name}.log", "a")  # noqa: SIM115 (lives with the process)
         proc = subprocess.Popen(
             argv,
@@ -120,7 +120,7 @@ class Stack:
         self.provider_url = found.group(1)
 
     def start_web(self) -> None:
-        self._spawn(
+        self.spawn(
             WEB,
             [
                 sys.executable,
@@ -146,7 +146,7 @@ class Stack:
         raise RuntimeError("the ledger's web process did not become healthy")
 
     def start_reconciler(self) -> None:
-        self._spawn(RECONCILER, [sys.executable, "manage.py", "reconcile", "--interval", "0.2"])
+        self.spawn(RECONCILER, [sys.executable, "manage.py", "reconcile", "--interval", "0.2"])
 
     @property
     def ledger_url(self) -> str:
@@ -281,7 +281,7 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
     )
     worker_argv = [sys.executable, "-m", "reconcilers.crashtest.worker", str(plan_file)]
     for name in names:
-        stack._spawn(name, [*worker_argv, name])
+        stack.spawn(name, [*worker_argv, name])
     infra: Counter[str] = Counter()
     crash_times: dict[str, float] = {}
     started = time.monotonic()
@@ -291,7 +291,7 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
             for name in names:
                 code = stack.procs[name].poll()
                 if code == -signal.SIGKILL:
-                    stack._spawn(name, [*worker_argv, name])  # recovery mode: it asks first
+                    stack.spawn(name, [*worker_argv, name])  # recovery mode: it asks first
                 elif code not in (None, 0):
                     raise RuntimeError(f"worker {name} failed with {code}; see {name}.log")
             running = [n for n in names if stack.procs[n].poll() is None]
@@ -300,7 +300,10 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
                 stack.kill(target)
                 crash_times[f"{target}#{infra[target]}"] = time.time()
                 infra[target] += 1
-                stack.start_web() if target == WEB else stack.start_reconciler()
+                if target == WEB:
+                    stack.start_web()
+                else:
+                    stack.start_reconciler()
                 next_infra = time.monotonic() + rng.uniform(1, 4)
             worker_crashes = len(list(crash_dir.glob("*"))) if crash_dir.exists() else 0
             _progress(
