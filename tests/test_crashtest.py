@@ -34,7 +34,7 @@ def test_a_hundred_crashes_at_every_point_leave_no_duplicate_and_nothing_unexpla
     )
     assert code == 0, table
     assert report["crashes"] >= 100
-    for point in (*WORKER_POINTS, "web", "reconciler"):
+    for point in (*WORKER_POINTS, "web", "rqworker"):
         assert report["crashes_by_point"].get(point, 0) >= 1, point
     assert report["duplicates"] == []
     assert report["unexplained"] == []

@@ -1,9 +1,10 @@
-"""The crash test's conductor: a fresh database, the ledger's web process, a reconciler, the
-sandbox payments provider and several workflow workers, all real processes; SIGKILLs at every
-named point; restarts; then the verdict of `reconcilers.crashtest.report`.
+"""The crash test's conductor: a fresh database, the ledger's web process, an rq worker and a
+sweeper (the production path of reconciliation), the sandbox payments provider and several
+workflow workers, all real processes; SIGKILLs at every named point; restarts; then the
+verdict of `reconcilers.crashtest.report`.
 
 Crash points: the four in the workers (`reconcilers.crashtest.worker`), plus the ledger's web
-process and the reconciler, killed at random moments and restarted. A killed worker restarts at
+process and the rq worker, killed at random moments and restarted. A killed worker restarts at
 once in recovery mode (POST /recovery, then its workflows again). Leases are short (2 s) and the
 charge tool's `settle_after` is 3 s, so a run with a hundred crashes takes a minute or two.
 """
@@ -35,7 +36,8 @@ from reconcilers.crashtest.report import Verdict, compare
 from reconcilers.crashtest.worker import WORKER_POINTS
 
 ROOT = Path(__file__).resolve().parents[2]
-WEB, RECONCILER = "web", "reconciler"
+WEB, RQ_WORKER, SWEEPER = "web", "rqworker", "sweeper"
+
 LISTENING = re.compile(r"listening on (http://\S+)")
 
 
@@ -44,17 +46,30 @@ class Options:
     workflows: int = 60
     workers: int = 6
     crashes: int = 100
-    infra_kills: int = 10  # of the crashes, how many hit the web process and the reconciler
+    infra_kills: int = 10  # of the crashes, how many hit the web process and the rq worker
     ignore_keys: bool = False
     inject_duplicate: bool = False
     timeout: float = 540.0
     seed: int = 7
+    # A Redis database of its own, emptied first: no other worker takes these jobs.
+    redis_db: int = 14
     report: Path = ROOT / "var" / "crashtest" / "report.json"
     progress: TextIO = sys.stderr
 
 
 def _database_url(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def _redis_db(url: str, db: int) -> str:
+    """`url` pointing at database `db` of the same Redis, emptied."""
+    import redis
+
+    parts = urlsplit(url)
+    if parts.scheme.startswith("redis") and parts.netloc:
+        url = urlunsplit(parts._replace(path=f"/{db}"))
+    redis.Redis.from_url(url).flushdb()
+    return url
 
 
 def _free_port() -> int:
@@ -145,8 +160,28 @@ class Stack:
             time.sleep(0.2)
         raise RuntimeError("the ledger's web process did not become healthy")
 
-    def start_reconciler(self) -> None:
-        self.spawn(RECONCILER, [sys.executable, "manage.py", "reconcile", "--interval", "0.2"])
+    def start_rq_worker(self) -> None:
+        """The production path: wake-ups enqueued after commit, a non-forking rq worker."""
+        self.spawn(
+            RQ_WORKER,
+            [
+                sys.executable,
+                "manage.py",
+                "rqworker",
+                "default",
+                "--worker-class",
+                "rq.SimpleWorker",
+            ],
+        )
+
+    def start_sweeper(self) -> None:
+        """What the django-q2 schedule does every minute, every half second."""
+        self.spawn(
+            SWEEPER, [sys.executable, "manage.py", "reconcile", "--sweep-only", "--interval", "0.5"]
+        )
+
+    def restart(self, name: str) -> None:
+        {WEB: self.start_web, RQ_WORKER: self.start_rq_worker, SWEEPER: self.start_sweeper}[name]()
 
     @property
     def ledger_url(self) -> str:
@@ -245,11 +280,14 @@ def run(opts: Options) -> Verdict:
     rng = random.Random(opts.seed)
     # Short clocks for the run's processes: inconclusive lookups (a provider that ignores keys)
     # reach review after three quick tries instead of hours of backoff.
+    # A checker killed mid-check holds its effects for the check lease: keep it short too.
     env = {
         **os.environ,
         "LEDGER_BACKOFF_BASE": "1",
         "LEDGER_BACKOFF_CAP": "2",
         "LEDGER_MAX_CHECKS": "3",
+        "LEDGER_CHECK_LEASE": "3",
+        "REDIS_URL": _redis_db(os.environ["REDIS_URL"], opts.redis_db),
     }
     with _workdir() as workdir:
         stack = Stack(workdir, env, opts)
@@ -263,7 +301,8 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
     stack.start_provider()
     key = _prepare_database(os.environ["DATABASE_URL"], stack.env, stack.provider_url, workdir)
     stack.start_web()
-    stack.start_reconciler()
+    stack.start_rq_worker()
+    stack.start_sweeper()
     workflows = _plan(opts, rng)
     names = [f"w{n}" for n in range(opts.workers)]
     crash_dir = workdir / "crashed"
@@ -283,7 +322,6 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
     for name in names:
         stack.spawn(name, [*worker_argv, name])
     infra: Counter[str] = Counter()
-    crash_times: dict[str, float] = {}
     started = time.monotonic()
     next_infra = started + rng.uniform(1, 4)
     with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
@@ -296,14 +334,10 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
                     raise RuntimeError(f"worker {name} failed with {code}; see {name}.log")
             running = [n for n in names if stack.procs[n].poll() is None]
             if sum(infra.values()) < opts.infra_kills and time.monotonic() >= next_infra:
-                target = WEB if sum(infra.values()) % 2 == 0 else RECONCILER
+                target = (WEB, RQ_WORKER)[sum(infra.values()) % 2]
                 stack.kill(target)
-                crash_times[f"{target}#{infra[target]}"] = time.time()
                 infra[target] += 1
-                if target == WEB:
-                    stack.start_web()
-                else:
-                    stack.start_reconciler()
+                stack.restart(target)
                 next_infra = time.monotonic() + rng.uniform(1, 4)
             worker_crashes = len(list(crash_dir.glob("*"))) if crash_dir.exists() else 0
             _progress(

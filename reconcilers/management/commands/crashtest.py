@@ -14,7 +14,7 @@ class Command(BaseCommand):
     help = (
         "Run payment workflows against the sandbox provider while SIGKILLing workers (before "
         "sending, during the provider call, after the provider committed, before the outcome "
-        "is recorded), the ledger's web process and the reconciler; then compare the "
+        "is recorded), the ledger's web process and the rq worker; then compare the "
         "provider's transactions, the ledger and the expected outcome. Exits 1 on any "
         "duplicate or unexplained outcome. Uses its own database, <DATABASE_URL name>_crashtest."
     )
@@ -27,7 +27,7 @@ class Command(BaseCommand):
             "--infra-kills",
             type=int,
             default=10,
-            help="Of the crashes, how many kill the web process or reconciler.",
+            help="Of the crashes, how many kill the web process or the rq worker.",
         )
         parser.add_argument(
             "--ignore-keys", action="store_true", help="The provider ignores idempotency keys."
@@ -39,6 +39,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--timeout", type=float, default=540.0)
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument(
+            "--redis-db",
+            type=int,
+            default=14,
+            help="The Redis database the run uses (emptied first).",
+        )
         parser.add_argument("--report", type=Path, default=Options.report)
 
     def handle(self, *args: Any, **o: Any) -> None:
@@ -55,6 +61,7 @@ class Command(BaseCommand):
             timeout=o["timeout"],
             seed=o["seed"],
             report=o["report"],
+            redis_db=o["redis_db"],
         )
         verdict = run(opts)
         opts.report.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from reconcilers.jobs import drain
-from reconcilers.schedules import queue_expired_leases
+from reconcilers.schedules import queue_expired_leases, sweep
 
 
 class Command(BaseCommand):
@@ -21,8 +21,16 @@ class Command(BaseCommand):
             "--interval", type=float, default=1.0, help="Seconds between idle polls."
         )
         parser.add_argument("--once", action="store_true", help="One pass, then exit.")
+        parser.add_argument(
+            "--sweep-only",
+            action="store_true",
+            help="Only sweep (expired leases, wake-ups through rq for what is due), as the "
+            "django-q2 schedule does, but every --interval seconds; rq workers check.",
+        )
 
-    def handle(self, *args: Any, interval: float, once: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, interval: float, once: bool, sweep_only: bool, **options: Any
+    ) -> None:
         stopping = False
 
         def stop(signum: int, frame: object) -> None:
@@ -32,8 +40,12 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         while not stopping:
-            queue_expired_leases()
-            checked = drain()
+            if sweep_only:
+                sweep()
+                checked = 0
+            else:
+                queue_expired_leases()
+                checked = drain()
             if once:
                 break
             if not checked:
