@@ -57,7 +57,3 @@ class EffectKeyConflict(Refused):
 
 class HasActiveDependents(Refused):
     code = "has_active_dependents"
-
-
-class Forbidden(LedgerError):
-    status, code = 403, "forbidden"

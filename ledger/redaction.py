@@ -159,6 +159,3 @@ class Redactor:
             if digits and 13 <= len(digits) <= 19 and luhn_valid(digits):
                 return redaction_token("card", digits)
         return value
-
-
-DEFAULT = Redactor()

@@ -17,11 +17,3 @@ def grant(user: User, role: str) -> None:
         user.is_staff = True
         user.is_superuser = True
         user.save(update_fields=["is_staff", "is_superuser"])
-
-
-def has_role(user: User, *roles: str) -> bool:
-    if not user.is_authenticated:
-        return False
-    if user.is_superuser:
-        return True
-    return user.groups.filter(name__in=roles).exists()
