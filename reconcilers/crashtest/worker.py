@@ -58,12 +58,16 @@ class Worker:
             trust_env=False,
         )
         self.provider = httpx.Client(base_url=plan["provider"], timeout=5.0, trust_env=False)
+        # Retried calls stop when the process that started us is gone.
+        self.conductor = os.getppid()
 
     # --- the ledger, retried until it answers ----------------------------------------------
 
     def call(self, method: str, path: str, body: Any = None) -> httpx.Response:
         delay = 0.1
         while True:
+            if os.getppid() != self.conductor:
+                sys.exit("the crash test's conductor is gone")
             try:
                 response = self.ledger.request(method, path, json=body)
             except httpx.TransportError:

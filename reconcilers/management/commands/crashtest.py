@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+        # SIGTERM unwinds like Ctrl-C, so that every process the run started is stopped.
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         if o["crashes"] - o["infra_kills"] > o["workflows"]:
             raise CommandError("Each workflow takes one worker crash: raise --workflows.")
         opts = Options(
