@@ -16,6 +16,7 @@ class Reason(models.TextChoices):
     NOT_FOUND_UNPROVEN = "not_found_unproven", "Not found, but the provider ignores keys"
     COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
     COMPENSATION_UNKNOWN = "compensation_unknown", "Compensation outcome unknown"
+    MANUAL_EXECUTION = "manual_execution", "To be carried out by hand"
 
 
 class ReviewItem(models.Model):
@@ -29,7 +30,18 @@ class ReviewItem(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
     )
     resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     resolution = models.CharField(max_length=2000, blank=True)
+    # The decision effect that resolved it (reviews.decisions).
+    decision = models.ForeignKey(
+        "ledger.Effect", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         constraints = [

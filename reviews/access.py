@@ -1,0 +1,61 @@
+"""Who may see and do what in the pages: one place, raising `PermissionDenied`.
+
+Roles are groups (`ledger.roles`): auditors read and export, operators also act, admins do
+everything (they manage tools, agents and keys in the admin). Every page needs a login.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+from ledger.roles import ADMIN, AUDITOR, OPERATOR
+
+View = Callable[..., HttpResponse]
+
+
+def roles_of(user: User | AnonymousUser) -> frozenset[str]:
+    """The user's roles, read once per request (cached on the user object)."""
+    if not user.is_authenticated:
+        return frozenset()
+    cached = getattr(user, "_ledger_roles", None)
+    if cached is None:
+        cached = frozenset(user.groups.values_list("name", flat=True))
+        if user.is_superuser:
+            cached |= {ADMIN}
+        user._ledger_roles = cached
+    return cached
+
+
+def can_read(user: User | AnonymousUser) -> bool:
+    return bool(roles_of(user) & {OPERATOR, AUDITOR, ADMIN})
+
+
+def can_act(user: User | AnonymousUser) -> bool:
+    return bool(roles_of(user) & {OPERATOR, ADMIN})
+
+
+def _needs(check: Callable[[Any], bool]) -> Callable[[View], View]:
+    def decorator(view: View) -> View:
+        @login_required
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not check(request.user):
+                raise PermissionDenied("Your role does not allow this.")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+# Pages anyone with a role may read (operators, auditors, admins).
+reader = _needs(can_read)
+# Anything that changes the ledger: operators and admins, never auditors.
+actor = _needs(can_act)
