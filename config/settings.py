@@ -214,6 +214,12 @@ LEDGER_WEBHOOK_SECRETS = dict(
     item.split(":", 1) for item in env_list("LEDGER_WEBHOOK_SECRETS", []) if ":" in item
 )
 LEDGER_WEBHOOK_TOLERANCE = env_int("LEDGER_WEBHOOK_TOLERANCE", 300, minimum=1)
+# The audit chain: how long an event may stay unsealed before the verifier reports it (and
+# before the sealer stops looking below it), and where the chain head is exported to.
+LEDGER_SEAL_GRACE = env_duration("LEDGER_SEAL_GRACE", "5m")
+LEDGER_CHAIN_HEAD_FILE = env_str(
+    "LEDGER_CHAIN_HEAD_FILE", str(BASE_DIR / "var" / "chain-heads.jsonl")
+)
 
 LOGGING = {
     "version": 1,

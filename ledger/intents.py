@@ -14,7 +14,7 @@ from ledger.errors import EffectKeyConflict, ValidationFailed
 from ledger.models import Agent, Effect, EffectDependency, EventKind, Run
 from ledger.states import Kind, Status
 from ledger.tools import Policy
-from ledger.transitions import record_event
+from ledger.transitions import SqlExpr, record_event
 
 _EFFECT_TABLE = Effect._meta.db_table
 _RUN_TABLE = Run._meta.db_table
@@ -58,7 +58,7 @@ def find_repeat(agent: Agent, intent: Intent) -> Effect | None:
     return existing
 
 
-def _next_seq(agent: Agent, run_id: str) -> int:
+def next_seq(agent: Agent, run_id: str) -> int:
     # One row per (agent, run): the upsert's row lock orders concurrent intents of one run.
     with connection.cursor() as cursor:
         cursor.execute(
@@ -70,16 +70,22 @@ def _next_seq(agent: Agent, run_id: str) -> int:
         return cursor.fetchone()[0]
 
 
-def _insert(values: dict[str, Any]) -> Effect | None:
-    columns, params = [], []
+def insert_effect(values: dict[str, Any]) -> Effect | None:
+    """Insert one effect row; None when (agent, effect_key) is taken already. An `SqlExpr`
+    value is computed by the database (its clock)."""
+    columns, placeholders, params = [], [], []
     for name, value in values.items():
         model_field = Effect._meta.get_field(name)
         columns.append(model_field.column)
-        params.append(model_field.get_db_prep_save(value, connection))
-    placeholders = ", ".join(["%s"] * len(columns))
+        if isinstance(value, SqlExpr):
+            placeholders.append(value.sql)
+            params.extend(value.params)
+        else:
+            placeholders.append("%s")
+            params.append(model_field.get_db_prep_save(value, connection))
     sql = (
         f"INSERT INTO {_EFFECT_TABLE} ({', '.join(columns)}, created_at, updated_at) "
-        f"VALUES ({placeholders}, now(), now()) "
+        f"VALUES ({', '.join(placeholders)}, now(), now()) "
         f"ON CONFLICT (agent_id, effect_key) DO NOTHING RETURNING *"
     )
     rows = list(Effect.objects.raw(sql, params))
@@ -106,14 +112,14 @@ def record_intent(
                 {"depends_on": f"unknown effect ids: {', '.join(missing)}"},
             )
     redact = policy.redactor
-    effect = _insert(
+    effect = insert_effect(
         {
             "id": uuid.uuid4(),
             "agent": agent.id,
             "effect_key": intent.key,
             "run_id": intent.run_id,
             "step_id": intent.step_id,
-            "seq": _next_seq(agent, intent.run_id),
+            "seq": next_seq(agent, intent.run_id),
             "kind": intent.kind,
             "tool": intent.tool,
             "target": redact.text(intent.target),

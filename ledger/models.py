@@ -217,6 +217,12 @@ class Effect(models.Model):
                 name="effect_lease_idx",
                 condition=Q(status=Status.DISPATCHING),
             ),
+            # reconcilers.execution.redrive_executions: compensations waiting to be sent.
+            models.Index(
+                fields=["created_at"],
+                name="effect_planned_comp_idx",
+                condition=Q(kind=Kind.COMPENSATION, status=Status.PLANNED),
+            ),
             # The escalation sweep: unresolved effects by age.
             models.Index(
                 fields=["created_at"], name="effect_unresolved_age_idx", condition=_incomplete
@@ -263,6 +269,8 @@ class EventKind(models.TextChoices):
     LATE_OUTCOME = "late_outcome"
     # A provider lookup and its answer, whatever it led to.
     RECONCILIATION = "reconciliation"
+    # An operator's decision, on the decision effect itself.
+    DECISION = "decision"
 
 
 class EffectEvent(models.Model):
@@ -286,6 +294,12 @@ class EffectEvent(models.Model):
         indexes = [
             # The effect timeline: an effect's events in order.
             models.Index(fields=["effect", "id"], name="event_timeline_idx"),
+            # The overview's recent recovery activity: lookups and the machines' own moves.
+            models.Index(
+                fields=["id"],
+                name="event_recovery_idx",
+                condition=Q(kind="reconciliation") | Q(actor__startswith="system:"),
+            ),
         ]
         triggers = [
             pgtrigger.Protect(

@@ -56,6 +56,17 @@ def inconclusive(detail: str) -> Lookup:
     return Lookup(INCONCLUSIVE, detail=detail)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What the provider said to a request the ledger itself sent (`execute`), as an outcome
+    the lease holder reports: confirmed, failed, unknown, awaiting_confirmation or not_sent."""
+
+    status: str
+    provider_ref: str = ""
+    response: Any = None
+    error: Any = None
+
+
 class Adapter(Protocol):
     name: ClassVar[str]
 
@@ -92,16 +103,21 @@ def same_amount(ours: Any, theirs: Any) -> bool:
         return False
 
 
-def adapter_for(tool: Tool | None) -> Adapter:
-    """The adapter a tool's `reconciler` names, configured by its `reconciler_config`."""
+def registry() -> dict[str, type]:
     from reconcilers.http_lookup import HttpLookup
     from reconcilers.payments import SandboxPayments
 
-    registry: dict[str, type] = {
-        SandboxPayments.name: SandboxPayments,
-        HttpLookup.name: HttpLookup,
-        Manual.name: Manual,
-    }
-    if tool is None or tool.reconciler not in registry:
+    return {SandboxPayments.name: SandboxPayments, HttpLookup.name: HttpLookup, Manual.name: Manual}
+
+
+def adapter_for(tool: Tool | None) -> Adapter:
+    """The adapter a tool's `reconciler` names, configured by its `reconciler_config`."""
+    known = registry()
+    if tool is None or tool.reconciler not in known:
         return Manual()
-    return registry[tool.reconciler](config=dict(tool.reconciler_config or {}))
+    return known[tool.reconciler](config=dict(tool.reconciler_config or {}))
+
+
+def executes(reconciler: str) -> bool:
+    """Can the adapter of this name carry out effects itself?"""
+    return hasattr(registry().get(reconciler), "execute")

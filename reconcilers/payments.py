@@ -11,6 +11,7 @@ import httpx
 from ledger.models import Effect
 from reconcilers.adapters import (
     Lookup,
+    Sent,
     found,
     http_client,
     inconclusive,
@@ -68,6 +69,44 @@ class SandboxPayments:
         if len(data) > 1:
             return inconclusive(f"provider holds {len(data)} records under one key")
         return self._judge(effect, data[0])
+
+    def execute(self, effect: Effect) -> Sent:
+        """Send an effect the ledger originates (a refund an operator asked for) under its
+        idempotency key. Only an answer proves anything: a timeout or a 5xx after the request
+        left is `unknown`, and reconciliation asks the provider by key before anything else."""
+        if not self.base_url:
+            return Sent("not_sent", error={"detail": "no base_url configured"})
+        try:
+            response = http_client().post(
+                f"{self.base_url}/{self._collection(effect)}",
+                json=effect.request,
+                headers={"Idempotency-Key": effect.idempotency_key},
+                timeout=float(self.config.get("timeout", DEFAULT_TIMEOUT)),
+            )
+        except httpx.ConnectError as exc:
+            # Refused before anything was sent: safe to try again later.
+            return Sent("not_sent", error={"detail": f"provider unreachable: {exc}"[:500]})
+        except httpx.HTTPError as exc:
+            return Sent("unknown", error={"detail": f"no answer: {type(exc).__name__}"})
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code == 429:
+            return Sent("not_sent", error={"status": 429})
+        if 400 <= response.status_code < 500 and response.status_code != 409:
+            # The provider refused the request outright: it did nothing.
+            return Sent("failed", error={"status": response.status_code, "body": body})
+        if response.status_code >= 300 or not isinstance(body, dict):
+            return Sent("unknown", error={"status": response.status_code, "body": body})
+        status = _PROVIDER_STATUS.get(str(body.get("status")))
+        ref = body.get("id") if isinstance(body.get("id"), str) else ""
+        outcome = {"confirmed": "confirmed", "failed": "failed"}.get(status or "")
+        if status == "pending":
+            outcome = "awaiting_confirmation"
+        if outcome is None or not ref:
+            return Sent("unknown", response=body)
+        return Sent(outcome, provider_ref=ref, response=body)
 
     def _judge(self, effect: Effect, record: dict[str, Any]) -> Lookup:
         ref, status = record.get("id"), _PROVIDER_STATUS.get(str(record.get("status")))

@@ -53,9 +53,19 @@ class ReviewItem(models.Model):
             ),
         ]
         indexes = [
-            # The review queue page: open items, oldest first.
+            # The review queue page: open items, oldest first (also the overview's age chart).
             models.Index(
                 fields=["opened_at"], name="review_open_idx", condition=Q(resolved_at__isnull=True)
+            ),
+            # The review queue sorted by due time.
+            models.Index(
+                fields=["due_at"], name="review_open_due_idx", condition=Q(resolved_at__isnull=True)
+            ),
+            # The review queue filtered by assignee ("mine").
+            models.Index(
+                fields=["assignee", "opened_at"],
+                name="review_open_assignee_idx",
+                condition=Q(resolved_at__isnull=True),
             ),
         ]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -16,6 +17,7 @@ from django.utils import timezone
 from ledger import digests
 from ledger.agentkeys import issue_key
 from ledger.models import Agent, Effect, EffectEvent, Tool
+from ledger.roles import AUDITOR, OPERATOR, grant
 from ledger.toolfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,3 +171,38 @@ def expire_lease(effect_id: str) -> None:
 
 def events_of(effect_id: str) -> list[EffectEvent]:
     return list(EffectEvent.objects.filter(effect_id=effect_id).order_by("id"))
+
+
+# People: the pages' personas. Passwords are real (the browser tests type them).
+PASSWORD = "correct horse battery staple"
+
+
+def _person(username: str, role: str | None) -> User:
+    user = User.objects.create_user(username, password=PASSWORD)
+    if role:
+        grant(user, role)
+    return user
+
+
+@pytest.fixture
+def olga(db) -> User:
+    """An operator: reads, decides, claims."""
+    return _person("olga", OPERATOR)
+
+
+@pytest.fixture
+def otto(db) -> User:
+    """A second operator, for races with olga."""
+    return _person("otto", OPERATOR)
+
+
+@pytest.fixture
+def audrey(db) -> User:
+    """An auditor: reads and exports, never acts."""
+    return _person("audrey", AUDITOR)
+
+
+@pytest.fixture
+def nemo(db) -> User:
+    """Signed in, but with no role at all."""
+    return _person("nemo", None)

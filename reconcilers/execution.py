@@ -1,0 +1,115 @@
+"""Carrying out effects the ledger originates itself: compensations an operator asked for.
+
+Each is claimed like any other effect (lease and fencing token), sent through its tool's adapter
+outside any transaction, and its outcome recorded under the lease. A worker that dies midway
+leaves a lease that runs out; reconciliation then asks the provider by key before anything is
+sent again. Wake-ups travel through Redis after commit; the sweep re-drives what Redis lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import django_rq
+from django.db import close_old_connections, connection, transaction
+from redis import RedisError
+
+from ledger.errors import AttemptsExhausted, Refused, StaleLease
+from ledger.models import Effect, Tool
+from ledger.outcomes import record_outcome
+from ledger.states import Kind, Status
+from ledger.tools import policy_for
+from ledger.transitions import claim
+from reconcilers.adapters import adapter_for, executes, registry
+from reconcilers.queue import JOB_TIMEOUT, QUEUE
+from reviews.models import Reason
+from reviews.queue import open_review
+
+log = logging.getLogger(__name__)
+
+ACTOR = "system:executor"
+OWNER = "ledger-executor"
+LEASE_SECONDS = 120
+
+
+def can_execute(tool_name: str) -> bool:
+    reconciler = Tool.objects.filter(name=tool_name).values_list("reconciler", flat=True).first()
+    return bool(reconciler) and executes(reconciler)
+
+
+def _enqueue(effect_ids: list[str]) -> bool:
+    try:
+        queue = django_rq.get_queue(QUEUE)
+        for effect_id in effect_ids:
+            queue.enqueue("reconcilers.execution.execute", effect_id, job_timeout=JOB_TIMEOUT)
+    except (RedisError, OSError) as exc:
+        log.warning("could not enqueue executions (%s); the sweep will re-drive them", exc)
+        return False
+    return True
+
+
+def execute_after_commit(effect_id: Any) -> None:
+    transaction.on_commit(lambda: _enqueue([str(effect_id)]), robust=True)
+
+
+def execute(effect_id: Any) -> bool:
+    """The rq job: a long-lived worker may hold a dead connection."""
+    close_old_connections()
+    return execute_one(effect_id)
+
+
+def execute_one(effect_id: Any) -> bool:
+    """Claim, send and record one planned compensation. Returns whether this call sent it."""
+    effect = Effect.objects.filter(
+        pk=effect_id, kind=Kind.COMPENSATION, status=Status.PLANNED
+    ).first()
+    if effect is None:
+        return False
+    adapter = adapter_for(Tool.objects.filter(name=effect.tool).first())
+    if not hasattr(adapter, "execute"):
+        return False
+    try:
+        effect, _ = claim(
+            effect, owner=OWNER, claim_id=None, lease_seconds=LEASE_SECONDS, actor=ACTOR
+        )
+    except AttemptsExhausted:
+        open_review(effect.id, Reason.ATTEMPTS_EXHAUSTED)
+        return False
+    except Refused:
+        return False  # someone else claimed or moved it first
+    sent = adapter.execute(effect)
+    try:
+        record_outcome(
+            effect,
+            token=effect.lease_token or "",
+            status=sent.status,
+            provider_ref=sent.provider_ref,
+            response=sent.response,
+            error=sent.error,
+            actor=ACTOR,
+            policy=policy_for(effect.tool),
+        )
+    except StaleLease:
+        log.warning(
+            "lease on %s ran out while it was being sent; reconciliation decides", effect.id
+        )
+    return True
+
+
+def redrive_executions(limit: int = 1000) -> int:
+    """Re-enqueue planned compensations whose tool can execute them (a wake-up lost from Redis
+    or a not_sent outcome waiting for another go). Returns how many."""
+    reconcilers = [name for name in registry() if executes(name)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT e.id FROM ledger_effect e JOIN ledger_tool t ON t.name = e.tool "
+            "WHERE e.kind = 'compensation' AND e.status = 'planned' "
+            "AND e.attempt < e.max_attempts AND t.reconciler = ANY(%s) "
+            "ORDER BY e.created_at LIMIT %s",
+            [reconcilers, limit],
+        )
+        ids = [str(row[0]) for row in cursor.fetchall()]
+    if ids:
+        _enqueue(ids)
+    return len(ids)

@@ -1,0 +1,408 @@
+"""Operator decisions: confirm, mark failed, retry, compensate, cancel.
+
+A decision is its own effect (kind `decision`, status `confirmed`, `parent` = the target) and is
+recorded in ONE transaction with the target's transition and the review item's resolution
+(DESIGN.md, "Review and escalation"). When two operators decide on one effect at once, exactly
+one decision commits: the loser's transaction fails on the target's version check, on the
+decision's unique `effect_key` or on the review item that is no longer open, rolls back whole,
+and the loser is told who won. Provider work a decision causes (a refund) runs after commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models.functions import Now
+
+from ledger import digests
+from ledger.compensation import compensate
+from ledger.errors import AttemptsExhausted, InvalidTransition, Refused, ValidationFailed
+from ledger.intents import insert_effect, next_seq
+from ledger.models import Effect, EffectEvent, EventKind
+from ledger.recovery import database_now
+from ledger.states import Kind, Status
+from ledger.tools import Policy, policy_for
+from ledger.transitions import SqlExpr, Superseded, record_event, transition
+from reconcilers.execution import can_execute, execute_after_commit
+from reviews.models import Reason, ReviewItem
+from reviews.queue import open_review
+
+CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL = "confirm", "fail", "retry", "compensate", "cancel"
+ACTIONS = (CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL)
+# The pseudo-tool under which decision effects are recorded.
+DECISION_TOOL = "operator_decision"
+
+# Which statuses each action may start from (the state machine decides the rest).
+_FROM: dict[str, frozenset[Status]] = {
+    CONFIRM: frozenset({Status.UNKNOWN, Status.AWAITING_CONFIRMATION}),
+    FAIL: frozenset({Status.UNKNOWN, Status.AWAITING_CONFIRMATION}),
+    RETRY: frozenset({Status.UNKNOWN}),
+    COMPENSATE: frozenset({Status.CONFIRMED}),
+    CANCEL: frozenset({Status.PLANNED}),
+}
+
+
+class AlreadyDecided(Refused):
+    """Someone else decided (or the effect moved) since the operator looked at it."""
+
+    code = "already_decided"
+
+
+class RetryUnsafe(Refused):
+    code = "retry_unsafe"
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What the operator asked for, as the form sent it."""
+
+    action: str
+    reason: str
+    # The effect's version the operator saw: a decision on a stale view is refused.
+    expected_version: int
+    provider_ref: str = ""
+    evidence: str = ""
+    verified_absent: bool = False
+    compensation_tool: str = ""
+    compensation_request: dict[str, Any] = field(default_factory=dict)
+    force: bool = False
+
+
+@dataclass
+class Decided:
+    decision: Effect
+    target: Effect
+    # The compensation a `compensate` decision created.
+    follow_up: Effect | None = None
+
+
+def allowed_actions(effect: Effect) -> list[str]:
+    """The actions the page offers for this effect (the domain checks again on submit)."""
+    actions = [a for a in ACTIONS if effect.status in _FROM[a]]
+    if _manual_compensation(effect):
+        actions.append(CONFIRM)
+    if RETRY in actions and effect.attempt >= effect.max_attempts:
+        actions.remove(RETRY)
+    if effect.kind == Kind.DECISION:
+        return []
+    return actions
+
+
+def retry_ground(effect: Effect, policy: Policy, *, now: datetime, verified_absent: bool) -> str:
+    """Why a retry under the same idempotency key cannot duplicate the effect, or ""."""
+    if policy.read_only:
+        return "read_only"
+    if policy.honours_key and policy.key_ttl and now - effect.created_at < policy.key_ttl:
+        return "provider_honours_key"
+    last = (
+        EffectEvent.objects.filter(effect=effect, kind=EventKind.RECONCILIATION)
+        .order_by("-id")
+        .values_list("reason", flat=True)
+        .first()
+    )
+    if last == "not_found" and policy.honours_key:
+        return "provider_not_found"
+    if verified_absent:
+        return "operator_verified_absent"
+    return ""
+
+
+def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
+    """Record `ask` as a decision on the effect. Raises `ValidationFailed`, a `Refused`
+    (409, with a reason code) or `AlreadyDecided` (someone else won)."""
+    target = Effect.objects.select_related("agent").get(pk=effect_id)
+    _validate(target, ask)
+    if target.version != ask.expected_version:
+        raise _lost(target, ask.expected_version)
+    _check_status(target, ask)
+    policy = policy_for(target.tool)
+    now = database_now()
+    ground = ""
+    if ask.action == RETRY:
+        if target.attempt >= target.max_attempts:
+            raise AttemptsExhausted(
+                f"All {target.max_attempts} attempts have been used; confirm, mark failed or "
+                "compensate instead.",
+                attempt=target.attempt,
+                max_attempts=target.max_attempts,
+            )
+        ground = retry_ground(target, policy, now=now, verified_absent=ask.verified_absent)
+        if not ground:
+            raise RetryUnsafe(
+                "A retry could do this a second time: the provider does not honour the key "
+                "(or its memory of it has expired) and has not said it never received it. "
+                "Check with the provider and record what you found, or confirm / mark failed.",
+            )
+    open_item = ReviewItem.objects.filter(effect=target, resolved_at__isnull=True).first()
+    actor = f"operator:{user.get_username()}"
+    decision_id = uuid.uuid4()
+    try:
+        with transaction.atomic():
+            moved, follow_up = _carry_out(target, ask, policy, actor, decision_id, ground)
+            if open_item is not None:
+                resolved = ReviewItem.objects.filter(pk=open_item.pk, resolved_at__isnull=True)
+                if not resolved.update(
+                    resolved_at=Now(),
+                    resolved_by=user,
+                    resolution=_summary(ask, moved)[:2000],
+                    decision_id=decision_id,
+                ):
+                    raise Superseded(target.id)
+            decision = _record_decision(
+                decision_id, target, moved, ask, user, actor, ground, open_item, follow_up
+            )
+            if decision is None:
+                raise Superseded(target.id)
+    except Superseded:
+        raise _lost(Effect.objects.get(pk=target.pk), ask.expected_version) from None
+    if follow_up is not None and can_execute(follow_up.tool) and ask.action == COMPENSATE:
+        execute_after_commit(follow_up.id)
+    return Decided(decision=decision, target=moved, follow_up=follow_up)
+
+
+def _validate(target: Effect, ask: Ask) -> None:
+    problems: dict[str, str] = {}
+    if ask.action not in ACTIONS:
+        problems["action"] = f"one of {', '.join(ACTIONS)}"
+    if not ask.reason.strip():
+        problems["reason"] = "every decision needs a reason"
+    if ask.action == CONFIRM and not ask.provider_ref.strip():
+        problems["provider_ref"] = "the provider's reference for what was done"
+    if ask.action in (CONFIRM, FAIL) and not ask.evidence.strip():
+        problems["evidence"] = "what shows it (a provider record, a support reply)"
+    if ask.action == RETRY and ask.verified_absent and not ask.evidence.strip():
+        problems["evidence"] = "what shows the provider never received it"
+    if problems:
+        raise ValidationFailed("The decision is incomplete.", problems)
+
+
+def _check_status(target: Effect, ask: Ask) -> None:
+    if target.kind == Kind.DECISION:
+        raise InvalidTransition("A decision is final; it cannot itself be decided on.")
+    if target.status not in _FROM[ask.action] and not (
+        ask.action == CONFIRM and _manual_compensation(target)
+    ):
+        raise InvalidTransition(
+            f"An effect in {target.status} cannot be {_PAST[ask.action]}.", status=target.status
+        )
+
+
+def _manual_compensation(effect: Effect) -> bool:
+    """A compensation nobody can execute automatically waits, planned, for a person to carry it
+    out and confirm it."""
+    return (
+        effect.kind == Kind.COMPENSATION
+        and effect.status == Status.PLANNED
+        and not can_execute(effect.tool)
+    )
+
+
+_PAST = {
+    CONFIRM: "confirmed",
+    FAIL: "marked failed",
+    RETRY: "retried",
+    COMPENSATE: "compensated",
+    CANCEL: "cancelled",
+}
+
+
+def _carry_out(
+    target: Effect, ask: Ask, policy: Policy, actor: str, decision_id: uuid.UUID, ground: str
+) -> tuple[Effect, Effect | None]:
+    """The target's side of the decision, inside the decision's transaction."""
+    redact = policy.redactor
+    data = redact(
+        {
+            "decision": str(decision_id),
+            "evidence": ask.evidence,
+            "provider_ref": ask.provider_ref,
+            "ground": ground,
+        }
+    )
+    reason = redact.text(ask.reason)[:2000]
+    if ask.action == CONFIRM:
+        if target.status == Status.PLANNED:
+            # Carried out by hand: the operator held it (one attempt), then reports it done.
+            target = transition(
+                target,
+                Status.DISPATCHING,
+                actor=actor,
+                reason="operator_executed",
+                changes={"attempt": SqlExpr("attempt + 1"), "lease_owner": actor},
+                where=[("attempt < max_attempts", [])],
+                data={"decision": str(decision_id)},
+            )
+        changes = {"provider_ref": redact.text(ask.provider_ref.strip())}
+        return transition(
+            target, Status.CONFIRMED, actor=actor, reason=reason, changes=changes, data=data
+        ), None
+    if ask.action == FAIL:
+        return transition(target, Status.FAILED, actor=actor, reason=reason, data=data), None
+    if ask.action == CANCEL:
+        return transition(target, Status.CANCELLED, actor=actor, reason=reason, data=data), None
+    if ask.action == RETRY:
+        changes = {"next_check_at": None, "checks": 0, "confirm_deadline": None}
+        moved = transition(
+            target,
+            Status.PLANNED,
+            actor=actor,
+            reason=reason,
+            changes=changes,
+            where=[("attempt < max_attempts", [])],
+            data=data,
+        )
+        if moved.kind == Kind.COMPENSATION and can_execute(moved.tool):
+            execute_after_commit(moved.id)
+        return moved, None
+    compensation, _ = compensate(
+        target.agent,
+        target,
+        tool=ask.compensation_tool or None,
+        request=ask.compensation_request,
+        reason=reason,
+        compensation_key=f"decision-{decision_id}",
+        actor=actor,
+        force=ask.force,
+    )
+    if not can_execute(compensation.tool):
+        open_review(compensation.id, Reason.MANUAL_EXECUTION)
+    return target, compensation
+
+
+def _record_decision(
+    decision_id: uuid.UUID,
+    before: Effect,
+    after: Effect,
+    ask: Ask,
+    user: User,
+    actor: str,
+    ground: str,
+    review: ReviewItem | None,
+    follow_up: Effect | None,
+) -> Effect | None:
+    """Insert the decision effect; None when another decision took its key first."""
+    redact = policy_for(before.tool).redactor
+    number = Effect.objects.filter(parent=before, kind=Kind.DECISION).count() + 1
+    effect_key = f"{before.effect_key}:decision:{number}"
+    asked = {
+        "action": ask.action,
+        "reason": ask.reason,
+        "evidence": ask.evidence,
+        "provider_ref": ask.provider_ref,
+        "verified_absent": ask.verified_absent,
+        "force": ask.force,
+        "expected_version": ask.expected_version,
+    }
+    if ask.action == COMPENSATE:
+        asked["compensation_tool"] = ask.compensation_tool
+        asked["compensation_request"] = ask.compensation_request
+    target_text = f"effect:{before.id}"
+    provenance = {
+        "actor": actor,
+        "user_id": user.pk,
+        "action": ask.action,
+        "reason": ask.reason,
+        "evidence": ask.evidence,
+        "ground": ground,
+        "review_item": review.pk if review else None,
+        "review_reason": review.reason if review else None,
+        "before": _snapshot(before),
+        "after": _snapshot(after),
+        "compensation": str(follow_up.id) if follow_up else None,
+    }
+    decision = insert_effect(
+        {
+            "id": decision_id,
+            "agent": before.agent_id,
+            "effect_key": effect_key,
+            "run_id": before.run_id,
+            "step_id": f"{before.step_id}:decision",
+            "seq": next_seq(before.agent, before.run_id),
+            "kind": Kind.DECISION,
+            "tool": DECISION_TOOL,
+            "target": target_text,
+            "request": redact(asked),
+            "request_hash": digests.request_hash(DECISION_TOOL, target_text, asked),
+            "idempotency_key": digests.idempotency_key(before.agent_id, effect_key),
+            "status": Status.CONFIRMED,
+            "attempt": 0,
+            "checks": 0,
+            "max_attempts": 1,
+            "lease_owner": "",
+            "provider_ref": "",
+            "outcome_digest": "",
+            "outcome_token": "",
+            "parent": before.id,
+            "provenance": redact(provenance),
+            "resolved_at": SqlExpr("now()"),
+            "version": 1,
+        }
+    )
+    if decision is None:
+        return None
+    record_event(
+        decision.id,
+        kind=EventKind.DECISION,
+        actor=actor,
+        to_status=Status.CONFIRMED,
+        reason=redact.text(ask.reason),
+        data=redact(
+            {
+                "target": str(before.id),
+                "action": ask.action,
+                "before": provenance["before"],
+                "after": provenance["after"],
+            }
+        ),
+    )
+    return decision
+
+
+def _snapshot(effect: Effect) -> dict[str, Any]:
+    return {
+        "status": effect.status,
+        "version": effect.version,
+        "attempt": effect.attempt,
+        "provider_ref": effect.provider_ref,
+    }
+
+
+def _summary(ask: Ask, moved: Effect) -> str:
+    text = f"{ask.action}: {ask.reason}"
+    if ask.action == CONFIRM:
+        text += f" (ref {ask.provider_ref})"
+    return text
+
+
+def _lost(current: Effect, seen_version: int) -> AlreadyDecided:
+    """The refusal for an operator who lost the race: who decided, when, and what."""
+    latest = (
+        Effect.objects.filter(
+            parent=current,
+            kind=Kind.DECISION,
+            provenance__before__version__gte=seen_version,
+        )
+        .order_by("-created_at")
+        .values_list("provenance", "created_at")
+        .first()
+    )
+    if latest is None:
+        return AlreadyDecided(
+            f"This effect changed since you opened it; it is now {current.status}.",
+            status=current.status,
+            version=current.version,
+        )
+    provenance, when = latest
+    by = str(provenance.get("actor", "")).removeprefix("operator:")
+    return AlreadyDecided(
+        f"Already decided by {by} ({provenance.get('action')}); it is now {current.status}.",
+        status=current.status,
+        version=current.version,
+        decided_by=by,
+        decided_at=when.isoformat(),
+    )
