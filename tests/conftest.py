@@ -177,6 +177,12 @@ def events_of(effect_id: str) -> list[EffectEvent]:
 PASSWORD = "correct horse battery staple"
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """A deliberately slow hash protects stored passwords, not test personas."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def _person(username: str, role: str | None) -> User:
     user = User.objects.create_user(username, password=PASSWORD)
     if role:
