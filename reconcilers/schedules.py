@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import connection
 
 from ledger.models import Effect
+from reconcilers.execution import redrive_executions
 from reconcilers.queue import enqueue_now
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,13 @@ def redrive_due() -> int:
 
 
 def sweep() -> dict[str, int]:
-    """Expired leases into reconciliation, then wake-ups for everything due."""
-    result = {"expired_leases": queue_expired_leases(), "redriven": redrive_due()}
+    """Expired leases into reconciliation, then wake-ups for everything due, and for the
+    compensations the ledger sends itself that are still waiting to be sent."""
+    result = {
+        "expired_leases": queue_expired_leases(),
+        "redriven": redrive_due(),
+        "executions": redrive_executions(),
+    }
     log.info("reconciliation sweep: %s", result)
     return result
 
@@ -63,6 +69,14 @@ SCHEDULES = {
         "func": "reviews.escalation.escalate",
         "minutes": settings.LEDGER_SWEEP_MINUTES,
     },
+    "seal-events": {
+        "func": "ledger.seal.seal_all",
+        "minutes": 1,
+    },
+    "export-chain-head": {
+        "func": "ledger.seal.export_head",
+        "minutes": 60,
+    },
 }
 
 
@@ -71,8 +85,8 @@ def ensure_schedules() -> None:
     remove schedules this module no longer declares."""
     from django_q.models import Schedule
 
-    Schedule.objects.filter(func__startswith="reconcilers.").exclude(name__in=SCHEDULES).delete()
-    Schedule.objects.filter(func__startswith="reviews.").exclude(name__in=SCHEDULES).delete()
+    for ours in ("reconcilers.", "reviews.", "ledger.seal."):
+        Schedule.objects.filter(func__startswith=ours).exclude(name__in=SCHEDULES).delete()
     for name, spec in SCHEDULES.items():
         Schedule.objects.update_or_create(
             name=name,

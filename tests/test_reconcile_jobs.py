@@ -179,7 +179,7 @@ def test_effects_recorded_while_redis_is_down_are_all_reconciled_once_it_is_back
     recovery = alice.post("/recovery", {"dry_run": True})
     assert recovery.status_code == 200
     # The scheduled sweep runs during the outage too: it marks the work and survives.
-    assert sweep() == {"expired_leases": 2, "redriven": 4}
+    assert sweep() == {"expired_leases": 2, "redriven": 4, "executions": 0}
     assert _lost_wake_ups(caplog) == 3  # two unknown outcomes, one sweep
     assert [stored(e).status for e in (charged_unknown, charged_lost, never_sent, email)] == [
         "unknown",
@@ -190,7 +190,7 @@ def test_effects_recorded_while_redis_is_down_are_all_reconciled_once_it_is_back
 
     redis.up()
     assert rq_queue.count == 0
-    assert sweep() == {"expired_leases": 0, "redriven": 4}
+    assert sweep() == {"expired_leases": 0, "redriven": 4, "executions": 0}
     work(rq_queue)
 
     assert (stored(charged_unknown).status, stored(charged_unknown).provider_ref) == (
@@ -363,12 +363,17 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     ensure_schedules()
     ensure_schedules()
 
-    ours = Schedule.objects.filter(func__regex=r"^(reconcilers|reviews)\.")
+    ours = Schedule.objects.filter(func__regex=r"^(reconcilers|reviews|ledger\.seal)\.")
     assert {s.name: (s.func, s.schedule_type, s.minutes, s.repeats) for s in ours} == {
         name: (spec["func"], Schedule.MINUTES, spec["minutes"], -1)
         for name, spec in SCHEDULES.items()
     }
-    assert set(SCHEDULES) == {"reconciliation-sweep", "escalation"}
+    assert set(SCHEDULES) == {
+        "reconciliation-sweep",
+        "escalation",
+        "seal-events",
+        "export-chain-head",
+    }
     assert Schedule.objects.filter(name="someone-elses").exists()
     # A cluster that was down does not replay every missed sweep, and a task is killed
     # before django-q2 would hand it to a second worker.
