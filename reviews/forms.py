@@ -56,13 +56,18 @@ class QueueFilter(django_filters.FilterSet):
         empty_label=None,
     )
     status = django_filters.ChoiceFilter(
-        label="Effect status", field_name="effect__status", choices=Status.choices
+        label="Effect status",
+        field_name="effect__status",
+        choices=Status.choices,
+        empty_label="any",
     )
     tool = django_filters.CharFilter(label="Tool", field_name="effect__tool")
     agent = django_filters.CharFilter(label="Agent", field_name="effect__agent__name")
     run = django_filters.CharFilter(label="Run", field_name="effect__run_id")
-    reason = django_filters.ChoiceFilter(label="Reason", choices=Reason.choices)
-    age = django_filters.ChoiceFilter(label="Age", choices=AGES, method="filter_age")
+    reason = django_filters.ChoiceFilter(label="Reason", choices=Reason.choices, empty_label="any")
+    age = django_filters.ChoiceFilter(
+        label="Age", choices=AGES, method="filter_age", empty_label="any"
+    )
     assignee = django_filters.CharFilter(
         label="Assignee", method="filter_assignee", help_text='a username, "me" or "none"'
     )
