@@ -21,6 +21,13 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 
 $(VENV)/.installed-test: pyproject.toml client/pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[embedded,test]' -e client
+# The browser tests drive Debian's Chromium: Playwright cannot download a browser here.
+	if [ ! -x /usr/bin/chromium ]; then \
+	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  apt="$$sudo env DEBIAN_FRONTEND=noninteractive apt-get"; \
+	  $$apt install -y -q chromium || { $$apt update -q && $$apt install -y -q chromium; } || \
+	  { echo "Could not install chromium, which the browser tests need." >&2; exit 1; }; \
+	fi
 	touch $@
 
 install: $(VENV)/.installed
