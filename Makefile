@@ -45,7 +45,9 @@ bench: install-test
 	$(PIP) install --quiet -e '.[bench]' || echo "dbos did not install: its baseline will be skipped"
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/lifecycle.py; a=$$?; \
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/recovery.py; b=$$?; \
-	exit $$((a | b))
+	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/pages.py; c=$$?; \
+	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/exports.py; d=$$?; \
+	exit $$((a | b | c | d))
 
 # The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".

@@ -1,1 +1,49 @@
-"""Placeholder: replaced by the real views."""
+"""Auditor exports: the filter page and the streamed downloads (`ledger.exports`)."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from ledger import exports as ledger_exports
+from reviews.access import reader
+
+DATASET_LABELS = {"effects": "Effects", "events": "Events", "decisions": "Decisions"}
+FORMAT_LABELS = {"csv": "CSV", "jsonl": "JSON Lines"}
+
+
+def _page(request: HttpRequest, filters: ledger_exports.ExportFilter, status: int) -> HttpResponse:
+    context = {
+        "form": filters.form,
+        "datasets": [(name, DATASET_LABELS[name]) for name in ledger_exports.DATASETS],
+        "formats": [(name, FORMAT_LABELS[name]) for name in ledger_exports.FORMATS],
+        "recent": ledger_exports.recent(),
+    }
+    return render(request, "audit/exports.html", context, status=status)
+
+
+@require_GET
+@reader
+def exports(request: HttpRequest) -> HttpResponse:
+    # Bound only when a filter was given, so a first visit shows no errors.
+    filters = ledger_exports.ExportFilter(request.GET or None, dataset="effects")
+    return _page(request, filters, 400 if filters.is_bound and not filters.is_valid() else 200)
+
+
+@require_GET
+@reader
+@never_cache
+def download(request: HttpRequest, dataset: str, fmt: str) -> HttpResponse:
+    if dataset not in ledger_exports.DATASETS or fmt not in ledger_exports.FORMATS:
+        raise Http404("No such export.")
+    filters = ledger_exports.ExportFilter(request.GET, dataset=dataset)
+    if not filters.is_valid():
+        return _page(request, filters, 400)
+    export = ledger_exports.begin(request.user, fmt, filters)
+    response = StreamingHttpResponse(
+        ledger_exports.stream(export, filters), content_type=ledger_exports.CONTENT_TYPES[fmt]
+    )
+    response["Content-Disposition"] = f'attachment; filename="{ledger_exports.filename(export)}"'
+    return response
