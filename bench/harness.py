@@ -181,3 +181,25 @@ def run_stoppable(run: Callable[[], int], *, restore_sigint: bool = False) -> in
     except KeyboardInterrupt:
         print("interrupted: stopped what this benchmark started", file=sys.stderr)
         return 130
+
+
+def code_version() -> str:
+    """The commit measured, and whether product files had uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git)"
+    return f"{head} + {len(changed)} changed files" if changed else head

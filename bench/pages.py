@@ -45,7 +45,6 @@ import platform
 import random
 import re
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -61,6 +60,7 @@ from bench.harness import (
     CLOCK_TICKS,
     ROOT,
     bench_database,
+    code_version,
     database_url,
     drop_database,
     fresh_database,
@@ -1039,28 +1039,6 @@ def print_queries(kinds: list[PageKind], captured: dict[str, Captured]) -> None:
 def _shape(sql: str, width: int = 150) -> str:
     text = re.sub(r"\s+", " ", sql).strip()
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def code_version() -> str:
-    """The commit measured, and whether product files had uncommitted changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (no git)"
-    return f"{head} + {len(changed)} changed files" if changed else head
 
 
 def write_result(

@@ -70,6 +70,7 @@ from bench.harness import (
     CLOCK_TICKS,
     ROOT,
     bench_database,
+    code_version,
     drop_database,
     fresh_database,
     machine_ticks,
@@ -1275,28 +1276,6 @@ def print_table(report: Report) -> None:
     )
     print()
     print_grid(("measurement", "value", "goal", "met?"), rows)
-
-
-def code_version() -> str:
-    """The commit measured, and whether product files had uncommitted changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (no git)"
-    return f"{head} + {len(changed)} changed files" if changed else head
 
 
 def write_result(report: Report, opts: Options) -> None:
