@@ -149,7 +149,7 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
                 if not resolved.update(
                     resolved_at=Now(),
                     resolved_by=user,
-                    resolution=_summary(ask, moved)[:2000],
+                    resolution=_summary(ask)[:2000],
                     decision_id=decision_id,
                 ):
                     raise Superseded(target.id)
@@ -372,7 +372,7 @@ def _snapshot(effect: Effect) -> dict[str, Any]:
     }
 
 
-def _summary(ask: Ask, moved: Effect) -> str:
+def _summary(ask: Ask) -> str:
     text = f"{ask.action}: {ask.reason}"
     if ask.action == CONFIRM:
         text += f" (ref {ask.provider_ref})"
