@@ -3,7 +3,16 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from ledger.models import Agent, ApiKey, Effect, EffectDependency, EffectEvent, Run, Tool
+from ledger.models import (
+    Agent,
+    ApiKey,
+    Effect,
+    EffectDependency,
+    EffectEvent,
+    ReviewItem,
+    Run,
+    Tool,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -107,3 +116,12 @@ class RunAdmin(ReadOnlyAdmin):
     list_display = ("run_id", "agent", "last_seq", "created_at")
     search_fields = ("run_id",)
     list_select_related = ("agent",)
+
+
+@admin.register(ReviewItem)
+class ReviewItemAdmin(admin.ModelAdmin):
+    list_display = ("effect", "reason", "opened_at", "due_at", "assignee", "resolved_at")
+    list_filter = ("reason", ("resolved_at", admin.EmptyFieldListFilter))
+    search_fields = ("=effect__id", "effect__effect_key")
+    readonly_fields = ("effect", "reason", "opened_at")
+    list_select_related = ("effect", "assignee")

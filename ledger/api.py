@@ -29,6 +29,7 @@ from ledger.compensation import compensate
 from ledger.errors import LedgerError, NotFound, ValidationFailed
 from ledger.inputs import check_json
 from ledger.intents import Intent, record_intent
+from ledger.interlocks import upstreams_of
 from ledger.models import Agent, Effect
 from ledger.outcomes import record_outcome
 from ledger.readiness import database_ok, redis_ok
@@ -51,7 +52,7 @@ from ledger.schemas import (
     RecoveryOut,
     WebhookIn,
 )
-from ledger.serialize import effect_dict, effect_dicts, upstreams_of
+from ledger.serialize import effect_dict, effect_dicts
 from ledger.states import Status
 from ledger.tools import policy_for
 from ledger.transitions import claim, heartbeat, transition
@@ -450,7 +451,7 @@ def post_recovery(request: HttpRequest, payload: RecoveryIn) -> dict[str, Any]:
     shown = effect_dicts([item.effect for item in plan], agent.name)
     return {
         "effects": [
-            {"effect": data, "action": item.decision.action, "reason": item.decision.reason}
+            {"effect": data, "action": item.plan.action, "reason": item.plan.reason}
             for item, data in zip(plan, shown, strict=True)
         ],
         "counts_by_status": counts,

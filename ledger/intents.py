@@ -12,6 +12,7 @@ from django.db import connection
 from ledger import digests
 from ledger.errors import EffectKeyConflict, ValidationFailed
 from ledger.models import Agent, Effect, EffectDependency, EventKind, Run
+from ledger.redaction import Redactor
 from ledger.states import Kind, Status
 from ledger.tools import Policy
 from ledger.transitions import SqlExpr, record_event
@@ -92,6 +93,45 @@ def insert_effect(values: dict[str, Any]) -> Effect | None:
     return rows[0] if rows else None
 
 
+def effect_row(
+    agent: Agent,
+    intent: Intent,
+    redact: Redactor,
+    *,
+    status: Status,
+    max_attempts: int,
+    **more: Any,
+) -> dict[str, Any]:
+    """The columns of a new effect recording `intent` (`insert_effect` takes them): ids and
+    digests derived from the raw request, the request itself redacted, counters at zero."""
+    return {
+        "id": uuid.uuid4(),
+        "agent": agent.id,
+        "effect_key": intent.key,
+        "run_id": intent.run_id,
+        "step_id": intent.step_id,
+        "seq": next_seq(agent, intent.run_id),
+        "kind": intent.kind,
+        "tool": intent.tool,
+        "target": redact.text(intent.target),
+        "request": redact(intent.request),
+        "request_hash": digests.request_hash(intent.tool, intent.target, intent.request),
+        "idempotency_key": digests.idempotency_key(agent.id, intent.key),
+        "status": status,
+        "attempt": 0,
+        "checks": 0,
+        "max_attempts": max_attempts,
+        "lease_owner": "",
+        "provider_ref": "",
+        "outcome_digest": "",
+        "outcome_token": "",
+        "parent": intent.parent_id,
+        "provenance": redact(intent.provenance),
+        "version": 1,
+        **more,
+    }
+
+
 def record_intent(
     agent: Agent, intent: Intent, policy: Policy, *, actor: str
 ) -> tuple[Effect, bool]:
@@ -111,33 +151,14 @@ def record_intent(
                 "depends_on names effects that do not exist.",
                 {"depends_on": f"unknown effect ids: {', '.join(missing)}"},
             )
-    redact = policy.redactor
     effect = insert_effect(
-        {
-            "id": uuid.uuid4(),
-            "agent": agent.id,
-            "effect_key": intent.key,
-            "run_id": intent.run_id,
-            "step_id": intent.step_id,
-            "seq": next_seq(agent, intent.run_id),
-            "kind": intent.kind,
-            "tool": intent.tool,
-            "target": redact.text(intent.target),
-            "request": redact(intent.request),
-            "request_hash": digests.request_hash(intent.tool, intent.target, intent.request),
-            "idempotency_key": digests.idempotency_key(agent.id, intent.key),
-            "status": Status.PLANNED,
-            "attempt": 0,
-            "checks": 0,
-            "max_attempts": policy.max_attempts,
-            "lease_owner": "",
-            "provider_ref": "",
-            "outcome_digest": "",
-            "outcome_token": "",
-            "parent": intent.parent_id,
-            "provenance": redact(intent.provenance),
-            "version": 1,
-        }
+        effect_row(
+            agent,
+            intent,
+            policy.redactor,
+            status=Status.PLANNED,
+            max_attempts=policy.max_attempts,
+        )
     )
     if effect is None:
         # A concurrent request recorded the same key between our look-up and insert.

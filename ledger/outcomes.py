@@ -9,12 +9,12 @@ from django.db import transaction
 
 from ledger import digests
 from ledger.errors import StaleLease
-from ledger.models import Effect, EventKind
+from ledger.models import Effect, EventKind, Reason
+from ledger.reviewqueue import open_review
 from ledger.states import OUTCOME_TARGETS, Status
 from ledger.tools import Policy
 from ledger.transitions import SqlExpr, Superseded, record_event, seconds_from_now, transition
-from reconcilers.queue import wake
-from reviews.queue import open_review
+from ledger.wakeups import wake
 
 _FOLLOW_UP = frozenset({Status.CONFIRMED, Status.FAILED, Status.UNKNOWN})
 _DEFAULT_CONFIRM_WITHIN = 3600
@@ -131,4 +131,4 @@ def _keep_late_outcome(
         reported = changes.get("provider_ref", "")
         if reported and recorded and reported != recorded:
             # Two provider references for one effect: the provider may hold two charges.
-            open_review(effect.id, "possible_duplicate")
+            open_review(effect.id, Reason.POSSIBLE_DUPLICATE)

@@ -10,6 +10,9 @@ the tool can do (DESIGN.md, "Recovery"):
 | has_lookup                         | reconcile: ask the provider before any retry  |
 | honours_key (within key_ttl)       | back to planned: the same key cannot duplicate |
 | nothing                            | unknown, and a review item at once            |
+
+Whether sending an effect again could do it twice is decided once, by `retry_ground`: this
+module's plans and the operators' *Retry* (`reviews.decisions`) both ask it.
 """
 
 from __future__ import annotations
@@ -22,75 +25,106 @@ from django.db import connection
 from django.db.models import Count
 from django.db.models.functions import Now
 
-from ledger.models import Agent, Effect
+from ledger.interlocks import blocked_among
+from ledger.models import Agent, Effect, EffectEvent, EventKind, Reason, ReviewItem
+from ledger.reviewqueue import open_review
 from ledger.states import INCOMPLETE, Status
 from ledger.tools import Policy, policies_for
 from ledger.transitions import Superseded, transition
-from reconcilers.queue import wake
-from reviews.models import Reason, ReviewItem
-from reviews.queue import open_review
+from ledger.wakeups import wake
 
 RETRY_SAFE, RECONCILE, REVIEW, WAIT = "retry_safe", "reconcile", "review", "wait"
+# Why a retry under the same idempotency key cannot do the effect twice.
+READ_ONLY = "read_only"
+HONOURS_KEY = "provider_honours_key"
+NOT_FOUND = "provider_not_found"
+VERIFIED_ABSENT = "operator_verified_absent"
 
 
 @dataclass(frozen=True)
-class Decision:
+class Plan:
+    """What may be done with one incomplete effect: the action `/recovery` answers, its reason,
+    and what applying it does (a move, a review item)."""
+
     action: str
     reason: str
     move_to: Status | None = None
-    review: str | None = None
+    review: Reason | None = None
 
 
-def decide(effect: Effect, policy: Policy, *, blocked: bool, now: datetime) -> Decision:
+def _review(reason: Reason, move_to: Status | None = None) -> Plan:
+    """A plan that asks a person: `/recovery` answers `review` with the review item's reason."""
+    return Plan(REVIEW, reason.value, move_to, reason)
+
+
+def retry_ground(
+    effect: Effect,
+    policy: Policy,
+    *,
+    now: datetime,
+    last_lookup: str = "",
+    verified_absent: bool = False,
+) -> str:
+    """Why sending this effect again under the same idempotency key cannot do it a second
+    time, or "" when it could. `last_lookup` is the outcome of the latest lookup at the
+    provider; `verified_absent` that an operator checked with the provider and recorded it."""
+    if policy.read_only:
+        return READ_ONLY
+    if policy.honours_key and policy.key_ttl and now - effect.created_at < policy.key_ttl:
+        return HONOURS_KEY
+    if policy.honours_key and last_lookup == "not_found":
+        return NOT_FOUND
+    if verified_absent:
+        return VERIFIED_ABSENT
+    return ""
+
+
+def last_lookup(effect: Effect) -> str:
+    """The outcome of the latest lookup at the provider ("" when nobody asked)."""
+    return (
+        EffectEvent.objects.filter(effect=effect, kind=EventKind.RECONCILIATION)
+        .order_by("-id")
+        .values_list("reason", flat=True)
+        .first()
+        or ""
+    )
+
+
+def plan_for(effect: Effect, policy: Policy, *, blocked: bool, now: datetime) -> Plan:
     """The allowed action for one incomplete effect. Pure: no queries, no writes."""
     attempts_left = effect.attempt < effect.max_attempts
+    exhausted = _review(Reason.ATTEMPTS_EXHAUSTED)
     if effect.status == Status.PLANNED:
         if blocked:
-            return Decision(WAIT, "blocked_by_upstream")
-        if not attempts_left:
-            return Decision(REVIEW, "attempts_exhausted", review=Reason.ATTEMPTS_EXHAUSTED)
-        return Decision(RETRY_SAFE, "planned")
+            return Plan(WAIT, "blocked")
+        return Plan(RETRY_SAFE, "planned") if attempts_left else exhausted
     if effect.status == Status.AWAITING_CONFIRMATION:
-        return Decision(WAIT, "awaiting_confirmation")
+        return Plan(WAIT, "awaiting_confirmation")
     if (
         effect.status == Status.DISPATCHING
         and effect.lease_expires_at
         and effect.lease_expires_at > now
     ):
-        return Decision(WAIT, "lease_live")
+        return Plan(WAIT, "leased")
 
     # An expired lease or an unknown outcome: the provider may have done it 0, 1 or n times.
     lost = Status.UNKNOWN if effect.status == Status.DISPATCHING else None
-    if policy.read_only:
-        if attempts_left:
-            return Decision(RETRY_SAFE, "read_only", move_to=Status.PLANNED)
-        return Decision(REVIEW, "attempts_exhausted", lost, Reason.ATTEMPTS_EXHAUSTED)
-    if policy.has_lookup:
-        return Decision(RECONCILE, "provider_lookup")
-    if policy.honours_key and policy.key_ttl and now - effect.created_at < policy.key_ttl:
-        if attempts_left:
-            return Decision(RETRY_SAFE, "provider_honours_key", move_to=Status.PLANNED)
-        return Decision(REVIEW, "attempts_exhausted", lost, Reason.ATTEMPTS_EXHAUSTED)
-    return Decision(REVIEW, "no_lookup", lost, Reason.NO_LOOKUP)
+    ground = retry_ground(effect, policy, now=now)
+    if policy.has_lookup and ground != READ_ONLY:
+        # Ask before anything is sent again, even where a retry would be safe: the answer
+        # may be that it was done.
+        return Plan(RECONCILE, "provider_lookup")
+    if ground and attempts_left:
+        return Plan(RETRY_SAFE, ground, move_to=Status.PLANNED)
+    if ground:
+        return _review(Reason.ATTEMPTS_EXHAUSTED, lost)
+    return _review(Reason.NO_LOOKUP, lost)
 
 
 def database_now() -> datetime:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         return cursor.fetchone()[0]
-
-
-def _blocked_ids(effect_ids: list[Any]) -> set[Any]:
-    if not effect_ids:
-        return set()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT DISTINCT d.downstream_id FROM ledger_effectdependency d "
-            "JOIN ledger_effect u ON u.id = d.upstream_id "
-            "WHERE d.downstream_id = ANY(%s) AND u.status <> 'confirmed'",
-            [effect_ids],
-        )
-        return {row[0] for row in cursor.fetchall()}
 
 
 def _open_reviews(effect_ids: list[Any]) -> dict[Any, str]:
@@ -102,7 +136,7 @@ def _open_reviews(effect_ids: list[Any]) -> dict[Any, str]:
 @dataclass
 class Planned:
     effect: Effect
-    decision: Decision
+    plan: Plan
 
 
 def recover(
@@ -113,8 +147,8 @@ def recover(
     dry_run: bool,
     limit: int,
 ) -> tuple[list[Planned], dict[str, int]]:
-    """Decide every matching incomplete effect; unless `dry_run`, apply the decisions that need
-    no provider (back to planned, or unknown plus a review item) and queue reconciliations."""
+    """Plan every matching incomplete effect; unless `dry_run`, apply the plans that need no
+    provider (back to planned, or unknown plus a review item) and queue reconciliations."""
     scope = Effect.objects.filter(agent=agent)
     if owner is not None:
         scope = scope.filter(lease_owner=owner)
@@ -123,43 +157,45 @@ def recover(
     effects = list(scope.filter(status__in=sorted(INCOMPLETE)).order_by("created_at", "id")[:limit])
     now = database_now()
     policies = policies_for({e.tool for e in effects})
-    blocked = _blocked_ids([e.id for e in effects])
+    blocked = blocked_among([e.id for e in effects])
     waiting_for_people = _open_reviews([e.id for e in effects])
-    plan = [
+    plans = [
         Planned(
             e,
-            Decision(REVIEW, waiting_for_people[e.id])
+            Plan(REVIEW, waiting_for_people[e.id])
             if e.id in waiting_for_people
-            else decide(e, policies[e.tool], blocked=e.id in blocked, now=now),
+            else plan_for(e, policies[e.tool], blocked=str(e.id) in blocked, now=now),
         )
         for e in effects
     ]
     if not dry_run:
         actor = f"agent:{agent.name} (recovery)"
-        for item in plan:
-            item.effect = apply_decision(item.effect, item.decision, actor)
+        for item in plans:
+            item.effect = apply_plan(item.effect, item.plan, actor)
     counts = {
         row["status"]: row["n"] for row in scope.values("status").annotate(n=Count("id")).order_by()
     }
-    return plan, counts
+    return plans, counts
 
 
-def apply_decision(effect: Effect, decision: Decision, actor: str) -> Effect:
+def apply_plan(effect: Effect, plan: Plan, actor: str) -> Effect:
     try:
-        if decision.move_to and effect.status != decision.move_to:
+        if plan.move_to and effect.status != plan.move_to:
             effect = transition(
                 effect,
-                decision.move_to,
+                plan.move_to,
                 actor=actor,
-                reason=decision.reason,
-                where=[("(status <> 'dispatching' OR lease_expires_at <= now())", [])],
+                reason=plan.reason,
+                where=[
+                    (f"(status <> '{Status.DISPATCHING.value}' OR lease_expires_at <= now())", [])
+                ],
             )
     except Superseded:
         # Someone else moved it between our read and write; report what it is now.
         return Effect.objects.get(pk=effect.pk)
-    if decision.review:
-        open_review(effect.id, decision.review)
-    if decision.action == RECONCILE:
+    if plan.review:
+        open_review(effect.id, plan.review)
+    if plan.action == RECONCILE:
         # The reconciliation worker's queue of record (DESIGN.md, "Work queues"), then a
         # wake-up so that a worker asks the provider now rather than at the next sweep.
         Effect.objects.filter(pk=effect.pk, next_check_at__isnull=True).update(next_check_at=Now())

@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any
 
-from django.db import connection
-
+from ledger.interlocks import Upstream, upstreams_of
 from ledger.models import Effect
-from ledger.states import Status
-
-Upstream = tuple[str, str]  # (id, status)
-
-
-def upstreams_of(effect_ids: Iterable[Any]) -> dict[str, list[Upstream]]:
-    """Each effect's upstream ids and statuses, for many effects in one query."""
-    ids = list(effect_ids)
-    found: dict[str, list[Upstream]] = defaultdict(list)
-    if not ids:
-        return found
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT d.downstream_id, u.id, u.status FROM ledger_effectdependency d "
-            "JOIN ledger_effect u ON u.id = d.upstream_id "
-            "WHERE d.downstream_id = ANY(%s) ORDER BY d.id",
-            [ids],
-        )
-        for downstream, upstream, status in cursor.fetchall():
-            found[str(downstream)].append((str(upstream), status))
-    return found
 
 
 def effect_dict(
@@ -55,10 +31,8 @@ def effect_dict(
         "request": effect.request,
         "response": effect.response,
         "error": effect.error,
-        "depends_on": [uid for uid, _ in upstream],
-        "blocked_by": [
-            {"id": uid, "status": status} for uid, status in upstream if status != Status.CONFIRMED
-        ],
+        "depends_on": [u.id for u in upstream],
+        "blocked_by": [u.shown() for u in upstream if u.blocking],
         "parent_id": effect.parent_id,
         "provenance": effect.provenance or {},
         "created_at": effect.created_at,

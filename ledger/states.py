@@ -67,5 +67,12 @@ OUTCOME_TARGETS: dict[str, Status] = {
 }
 
 
+def sql_list(statuses: frozenset[Status] | tuple[Status, ...]) -> str:
+    """Statuses as a SQL list of literals, for raw SQL (`status IN (...)`). The values are this
+    module's own constants, never input, so inlining them is safe and lets the planner match
+    the partial indexes whose conditions name the same literals."""
+    return ", ".join(f"'{s.value}'" for s in sorted(statuses))
+
+
 def is_allowed(from_status: str, to_status: str) -> bool:
     return (Status(from_status), Status(to_status)) in TRANSITIONS

@@ -23,7 +23,6 @@ PRESETS: dict[str, dict[str, bool]] = {
 @dataclass(frozen=True)
 class Policy:
     name: str
-    declared: bool
     read_only: bool
     honours_key: bool
     key_ttl: timedelta | None
@@ -32,14 +31,12 @@ class Policy:
     settle_after: timedelta | None
     compensated_by: str
     max_attempts: int
-    escalate_after: timedelta
     redactor: Redactor
 
     @classmethod
     def from_tool(cls, tool: Tool) -> Policy:
         return cls(
             name=tool.name,
-            declared=True,
             read_only=tool.read_only,
             honours_key=tool.honours_key,
             key_ttl=tool.key_ttl,
@@ -48,7 +45,6 @@ class Policy:
             settle_after=tool.settle_after,
             compensated_by=tool.compensated_by,
             max_attempts=tool.max_attempts,
-            escalate_after=tool.escalate_after,
             redactor=Redactor.for_tool(tool.card_scan_allow, tool.redact_paths),
         )
 
@@ -57,7 +53,6 @@ class Policy:
         """An undeclared tool: no capability, default policy."""
         return cls(
             name=name,
-            declared=False,
             read_only=False,
             honours_key=False,
             key_ttl=None,
@@ -66,7 +61,6 @@ class Policy:
             settle_after=None,
             compensated_by="",
             max_attempts=settings.LEDGER_DEFAULT_MAX_ATTEMPTS,
-            escalate_after=timedelta(seconds=settings.LEDGER_ESCALATE_AFTER),
             redactor=Redactor(),
         )
 

@@ -22,12 +22,18 @@ from ledger.errors import (
     InvalidTransition,
     StaleLease,
 )
-from ledger.models import Effect, EffectEvent, EventKind
+from ledger.interlocks import blocked_by, cancel_dependents
+from ledger.models import Effect, EffectEvent, EventKind, Reason
+from ledger.reviewqueue import open_review
 from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
-from reviews.queue import open_review
 
 # Statuses that end the effect's own story (compensation aside): `resolved_at` is set on entry.
 _RESOLVING = frozenset({Status.CONFIRMED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED})
+# A compensation that ended so leaves its parent confirmed, and a person must look at it.
+_COMPENSATION_TROUBLE = {
+    Status.FAILED: Reason.COMPENSATION_FAILED,
+    Status.UNKNOWN: Reason.COMPENSATION_UNKNOWN,
+}
 _EFFECT_TABLE = Effect._meta.db_table
 _EVENT_TABLE = EffectEvent._meta.db_table
 _FIELD_BY_COLUMN = {f.column: f for f in Effect._meta.concrete_fields}
@@ -180,68 +186,8 @@ def _follow_on(effect: Effect, *, actor: str) -> None:
                 reason="compensation_confirmed",
                 data={"compensation": str(effect.id)},
             )
-        elif effect.status in (Status.FAILED, Status.UNKNOWN):
-            open_review(parent.id, f"compensation_{effect.status}")
-
-
-def cancel_dependents(upstream_id: Any) -> int:
-    """Cancel, in one statement, every planned effect that (transitively, through planned
-    effects) depends on `upstream_id`, each with its own event. Returns how many."""
-    data = {"upstream": str(upstream_id)}
-    sql = f"""
-        WITH RECURSIVE doomed(id) AS (
-            SELECT d.downstream_id FROM ledger_effectdependency d
-              JOIN {_EFFECT_TABLE} e ON e.id = d.downstream_id AND e.status = 'planned'
-             WHERE d.upstream_id = %s
-            UNION
-            SELECT d.downstream_id FROM ledger_effectdependency d
-              JOIN doomed ON d.upstream_id = doomed.id
-              JOIN {_EFFECT_TABLE} e ON e.id = d.downstream_id AND e.status = 'planned'
-        ), moved AS (
-            UPDATE {_EFFECT_TABLE} e
-               SET status = 'cancelled', version = version + 1, updated_at = now(),
-                   resolved_at = now(), next_check_at = NULL
-             WHERE e.id IN (SELECT id FROM doomed) AND e.status = 'planned'
-         RETURNING e.id
-        )
-        INSERT INTO {_EVENT_TABLE}
-               (effect_id, kind, actor, from_status, to_status, reason, data, digest, created_at)
-        SELECT id, 'transition', 'system:interlock', 'planned', 'cancelled', 'upstream_failed',
-               %s::jsonb, %s, now()
-          FROM moved
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql, [upstream_id, digests.jsonenc.dumps(data), digests.content_digest(data)]
-        )
-        return cursor.rowcount
-
-
-def blocked_by(effect_id: Any, *, lock: bool = False) -> list[dict[str, Any]]:
-    """Upstream effects that hold this one back: not confirmed, or being compensated.
-
-    With `lock`, the upstream rows are read `FOR SHARE`: a concurrent transition of an upstream
-    (confirmed → compensated) waits for this claim to commit, or this claim sees its result.
-    """
-    sql = f"""
-        SELECT u.id, u.status, EXISTS (
-                   SELECT 1 FROM {_EFFECT_TABLE} c
-                    WHERE c.parent_id = u.id AND c.kind = 'compensation'
-                      AND c.status IN ('planned', 'dispatching', 'awaiting_confirmation', 'unknown')
-               )
-          FROM ledger_effectdependency d JOIN {_EFFECT_TABLE} u ON u.id = d.upstream_id
-         WHERE d.downstream_id = %s ORDER BY u.id {"FOR SHARE OF u" if lock else ""}
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [effect_id])
-        rows = cursor.fetchall()
-    waiting: list[dict[str, Any]] = []
-    for uid, status, compensating in rows:
-        if status != Status.CONFIRMED:
-            waiting.append({"id": str(uid), "status": status})
-        elif compensating:
-            waiting.append({"id": str(uid), "status": status, "compensating": True})
-    return waiting
+        elif effect.status in _COMPENSATION_TROUBLE:
+            open_review(parent.id, _COMPENSATION_TROUBLE[effect.status])
 
 
 def lease_is_live(effect: Effect) -> bool:

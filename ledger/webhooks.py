@@ -16,13 +16,12 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger.errors import InvalidTransition, LedgerError, NotFound
-from ledger.models import Effect, Tool, WebhookDelivery
+from ledger.matching import differences
+from ledger.models import Effect, Reason, WebhookDelivery
+from ledger.reviewqueue import open_review
 from ledger.states import Status
 from ledger.tools import policy_for
 from ledger.transitions import Superseded, transition
-from reconcilers.adapters import adapter_for
-from reviews.models import Reason
-from reviews.queue import open_review
 
 _RESOLVABLE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.UNKNOWN)
 
@@ -93,11 +92,8 @@ def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
 
 
 def _differs(effect: Effect, record: Any) -> list[str]:
-    """A confirmation counts only if what the provider recorded matches what we asked for,
-    where the tool's adapter can tell (DESIGN.md: found → confirmed after checking)."""
-    adapter = adapter_for(Tool.objects.filter(name=effect.tool).first())
-    check = getattr(adapter, "mismatches", None)
-    return check(effect, record) if check and isinstance(record, dict) else []
+    """A confirmation counts only if what the provider recorded matches what we asked for."""
+    return differences(effect, record) if isinstance(record, dict) else []
 
 
 def _hold_for_review(effect: Effect, provider: str, ref: str) -> Effect:
@@ -108,7 +104,7 @@ def _hold_for_review(effect: Effect, provider: str, ref: str) -> Effect:
                     effect,
                     Status.UNKNOWN,
                     actor=f"provider:{provider}",
-                    reason="provider_mismatch",
+                    reason=Reason.MISMATCH.value,
                     data={"provider_ref": ref, "webhook": True},
                 )
             except Superseded:

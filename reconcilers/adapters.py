@@ -1,4 +1,5 @@
-"""The provider adapter interface, and the registry that picks one by tool configuration.
+"""The provider adapter interface: what every adapter answers, and the adapter for tools nobody
+can ask (`reconcilers.registry` picks one by tool configuration).
 
 An adapter answers one question after a crash: did the provider do this effect? `lookup`
 returns found (with the provider's reference and what it recorded), not found, or
@@ -10,12 +11,11 @@ any database transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Literal, Protocol
 
 import httpx
 
-from ledger.models import Effect, Tool
+from ledger.models import Effect
 
 FOUND, NOT_FOUND, INCONCLUSIVE = "found", "not_found", "inconclusive"
 
@@ -94,30 +94,3 @@ def http_client() -> httpx.Client:
     if _client is None:
         _client = httpx.Client(trust_env=False, limits=httpx.Limits(max_connections=32))
     return _client
-
-
-def same_amount(ours: Any, theirs: Any) -> bool:
-    try:
-        return Decimal(str(ours)) == Decimal(str(theirs))
-    except (InvalidOperation, ValueError):
-        return False
-
-
-def registry() -> dict[str, type]:
-    from reconcilers.http_lookup import HttpLookup
-    from reconcilers.payments import SandboxPayments
-
-    return {SandboxPayments.name: SandboxPayments, HttpLookup.name: HttpLookup, Manual.name: Manual}
-
-
-def adapter_for(tool: Tool | None) -> Adapter:
-    """The adapter a tool's `reconciler` names, configured by its `reconciler_config`."""
-    known = registry()
-    if tool is None or tool.reconciler not in known:
-        return Manual()
-    return known[tool.reconciler](config=dict(tool.reconciler_config or {}))
-
-
-def executes(reconciler: str) -> bool:
-    """Can the adapter of this name carry out effects itself?"""
-    return hasattr(registry().get(reconciler), "execute")

@@ -16,3 +16,8 @@ class ReconcilersConfig(AppConfig):
         # Schedules live in code; every migrate makes the database agree (idempotently). The
         # signal is sent per app with models: hang it on django_q, which owns the table.
         post_migrate.connect(_ensure_schedules, sender=apps.get_app_config("django_q"))
+        # The ledger announces effects that are due; this app turns that into rq jobs.
+        from ledger.wakeups import checks_due
+        from reconcilers.queue import on_checks_due
+
+        checks_due.connect(on_checks_due, dispatch_uid="reconcilers.queue.on_checks_due")

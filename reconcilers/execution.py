@@ -11,20 +11,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import django_rq
 from django.db import close_old_connections, connection, transaction
-from redis import RedisError
 
 from ledger.errors import AttemptsExhausted, Refused, StaleLease
-from ledger.models import Effect, Tool
+from ledger.models import Effect, Reason, Tool
 from ledger.outcomes import record_outcome
+from ledger.reviewqueue import open_review
 from ledger.states import Kind, Status
 from ledger.tools import policy_for
 from ledger.transitions import claim
-from reconcilers.adapters import adapter_for, executes, registry
-from reconcilers.queue import JOB_TIMEOUT, QUEUE
-from reviews.models import Reason
-from reviews.queue import open_review
+from reconcilers.queue import enqueue
+from reconcilers.registry import EXECUTING, adapter_for, executes
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +36,7 @@ def can_execute(tool_name: str) -> bool:
 
 
 def _enqueue(effect_ids: list[str]) -> bool:
-    try:
-        queue = django_rq.get_queue(QUEUE)
-        for effect_id in effect_ids:
-            queue.enqueue("reconcilers.execution.execute", effect_id, job_timeout=JOB_TIMEOUT)
-    except (RedisError, OSError) as exc:
-        log.warning("could not enqueue executions (%s); the sweep will re-drive them", exc)
-        return False
-    return True
+    return enqueue("reconcilers.execution.execute", [(effect_id,) for effect_id in effect_ids])
 
 
 def execute_after_commit(effect_id: Any) -> None:
@@ -100,14 +90,13 @@ def execute_one(effect_id: Any) -> bool:
 def redrive_executions(limit: int = 1000) -> int:
     """Re-enqueue planned compensations whose tool can execute them (a wake-up lost from Redis
     or a not_sent outcome waiting for another go). Returns how many."""
-    reconcilers = [name for name in registry() if executes(name)]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT e.id FROM ledger_effect e JOIN ledger_tool t ON t.name = e.tool "
             "WHERE e.kind = 'compensation' AND e.status = 'planned' "
             "AND e.attempt < e.max_attempts AND t.reconciler = ANY(%s) "
             "ORDER BY e.created_at LIMIT %s",
-            [reconcilers, limit],
+            [sorted(EXECUTING), limit],
         )
         ids = [str(row[0]) for row in cursor.fetchall()]
     if ids:

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from ledger.matching import differences, is_refund
 from ledger.models import Effect
 from reconcilers.adapters import (
     Lookup,
@@ -16,7 +17,6 @@ from reconcilers.adapters import (
     http_client,
     inconclusive,
     not_found,
-    same_amount,
 )
 
 DEFAULT_TIMEOUT = 5.0
@@ -33,7 +33,7 @@ class SandboxPayments:
         return str(self.config.get("base_url") or "").rstrip("/")
 
     def _collection(self, effect: Effect) -> str:
-        return "refunds" if "charge" in (effect.request or {}) else "charges"
+        return "refunds" if is_refund(effect.request or {}) else "charges"
 
     def lookup(self, effect: Effect) -> Lookup:
         if not self.base_url:
@@ -112,19 +112,4 @@ class SandboxPayments:
         ref, status = record.get("id"), _PROVIDER_STATUS.get(str(record.get("status")))
         if not isinstance(ref, str) or not ref or status is None:
             return inconclusive("provider record lacks an id or a known status")
-        return found(ref, status, self.mismatches(effect, record), answer=record)
-
-    def mismatches(self, effect: Effect, record: dict[str, Any]) -> list[str]:
-        """Where the provider's record differs from what we asked for (lookups and webhooks)."""
-        request = effect.request or {}
-        differs = []
-        if "amount" in request and not same_amount(request["amount"], record.get("amount")):
-            differs.append("amount")
-        if self._collection(effect) == "charges":
-            if str(request.get("currency", "")).upper() != str(record.get("currency", "")).upper():
-                differs.append("currency")
-            if effect.target != record.get("account"):
-                differs.append("target")
-        elif request.get("charge") != record.get("charge"):
-            differs.append("charge")
-        return differs
+        return found(ref, status, differences(effect, record), answer=record)

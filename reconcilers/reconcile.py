@@ -29,23 +29,24 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from ledger.models import Effect, EventKind, Tool
-from ledger.recovery import apply_decision, database_now, decide
-from ledger.states import Status
+from ledger.models import Effect, EventKind, Reason, Tool
+from ledger.recovery import apply_plan, database_now, plan_for
+from ledger.reviewqueue import open_review
+from ledger.states import Status, sql_list
 from ledger.tools import Policy
 from ledger.transitions import Superseded, record_event, seconds_from_now, transition
-from reconcilers.adapters import FOUND, NOT_FOUND, Lookup, adapter_for
-from reviews.models import Reason
-from reviews.queue import open_review
+from reconcilers.adapters import FOUND, NOT_FOUND, Lookup
+from reconcilers.registry import adapter_for
 
 log = logging.getLogger(__name__)
 
 ACTOR = "system:reconciler"
 _TABLE = Effect._meta.db_table
 # Due for a check: the effect says so, and a dispatching one's lease has run out.
+_CHECKED = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.UNKNOWN)
 _DUE = (
-    "status IN ('dispatching', 'awaiting_confirmation', 'unknown') AND next_check_at <= now() "
-    "AND (status <> 'dispatching' OR lease_expires_at <= now())"
+    f"status IN ({sql_list(_CHECKED)}) AND next_check_at <= now() "
+    f"AND (status <> '{Status.DISPATCHING.value}' OR lease_expires_at <= now())"
 )
 
 
@@ -154,7 +155,7 @@ def _without_lookup(effect: Effect, policy: Policy, now: datetime) -> None:
                     _reschedule(effect, effect.confirm_deadline)
                     return
                 effect = transition(effect, Status.UNKNOWN, actor=ACTOR, reason="confirm_timeout")
-            effect = apply_decision(effect, decide(effect, policy, blocked=False, now=now), ACTOR)
+            effect = apply_plan(effect, plan_for(effect, policy, blocked=False, now=now), ACTOR)
             _reschedule(effect, None)
     except Superseded:
         log.info("effect %s changed while it was being checked; leaving it", effect.id)
@@ -172,7 +173,7 @@ def _apply(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> Non
 def _found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
     evidence = {"provider_ref": answer.provider_ref, "lookup": answer.evidence()}
     if answer.mismatches:
-        effect = _to_unknown(effect, "provider_mismatch")
+        effect = _to_unknown(effect, Reason.MISMATCH.value)
         open_review(effect.id, Reason.MISMATCH)
         _reschedule(effect, None)
         return
@@ -211,7 +212,7 @@ def _found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> Non
 def _not_found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
     if not policy.honours_key:
         # A provider that ignores keys may hold our request under another name.
-        effect = _to_unknown(effect, "not_found_unproven")
+        effect = _to_unknown(effect, Reason.NOT_FOUND_UNPROVEN.value)
         open_review(effect.id, Reason.NOT_FOUND_UNPROVEN)
         _reschedule(effect, None)
         return

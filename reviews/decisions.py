@@ -12,30 +12,24 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models.functions import Now
 
-from ledger import digests
 from ledger.compensation import compensate
+from ledger.decisions import record_decision, resolve_review
 from ledger.errors import AttemptsExhausted, InvalidTransition, Refused, ValidationFailed
-from ledger.intents import insert_effect, next_seq
-from ledger.models import Effect, EffectEvent, EventKind
-from ledger.recovery import database_now
+from ledger.models import Effect, Reason, ReviewItem
+from ledger.recovery import database_now, last_lookup, retry_ground
+from ledger.reviewqueue import open_review
 from ledger.states import Kind, Status
 from ledger.tools import Policy, policy_for
-from ledger.transitions import SqlExpr, Superseded, record_event, transition
+from ledger.transitions import SqlExpr, Superseded, transition
 from reconcilers.execution import can_execute, execute_after_commit
-from reviews.models import Reason, ReviewItem
-from reviews.queue import open_review
 
 CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL = "confirm", "fail", "retry", "compensate", "cancel"
 ACTIONS = (CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL)
-# The pseudo-tool under which decision effects are recorded.
-DECISION_TOOL = "operator_decision"
 
 # Which statuses each action may start from (the state machine decides the rest).
 _FROM: dict[str, frozenset[Status]] = {
@@ -93,25 +87,6 @@ def allowed_actions(effect: Effect) -> list[str]:
     return actions
 
 
-def retry_ground(effect: Effect, policy: Policy, *, now: datetime, verified_absent: bool) -> str:
-    """Why a retry under the same idempotency key cannot duplicate the effect, or ""."""
-    if policy.read_only:
-        return "read_only"
-    if policy.honours_key and policy.key_ttl and now - effect.created_at < policy.key_ttl:
-        return "provider_honours_key"
-    last = (
-        EffectEvent.objects.filter(effect=effect, kind=EventKind.RECONCILIATION)
-        .order_by("-id")
-        .values_list("reason", flat=True)
-        .first()
-    )
-    if last == "not_found" and policy.honours_key:
-        return "provider_not_found"
-    if verified_absent:
-        return "operator_verified_absent"
-    return ""
-
-
 def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
     """Record `ask` as a decision on the effect. Raises `ValidationFailed`, a `Refused`
     (409, with a reason code) or `AlreadyDecided` (someone else won)."""
@@ -131,7 +106,13 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
                 attempt=target.attempt,
                 max_attempts=target.max_attempts,
             )
-        ground = retry_ground(target, policy, now=now, verified_absent=ask.verified_absent)
+        ground = retry_ground(
+            target,
+            policy,
+            now=now,
+            last_lookup=last_lookup(target),
+            verified_absent=ask.verified_absent,
+        )
         if not ground:
             raise RetryUnsafe(
                 "A retry could do this a second time: the provider does not honour the key "
@@ -144,16 +125,11 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
     try:
         with transaction.atomic():
             moved, follow_up = _carry_out(target, ask, policy, actor, decision_id, ground)
-            if open_item is not None:
-                resolved = ReviewItem.objects.filter(pk=open_item.pk, resolved_at__isnull=True)
-                if not resolved.update(
-                    resolved_at=Now(),
-                    resolved_by=user,
-                    resolution=_summary(ask)[:2000],
-                    decision_id=decision_id,
-                ):
-                    raise Superseded(target.id)
-            decision = _record_decision(
+            if open_item is not None and not resolve_review(
+                open_item, decision_id=decision_id, user=user, summary=_summary(ask)
+            ):
+                raise Superseded(target.id)
+            decision = _record(
                 decision_id, target, moved, ask, user, actor, ground, open_item, follow_up
             )
             if decision is None:
@@ -274,7 +250,7 @@ def _carry_out(
     return target, compensation
 
 
-def _record_decision(
+def _record(
     decision_id: uuid.UUID,
     before: Effect,
     after: Effect,
@@ -285,10 +261,7 @@ def _record_decision(
     review: ReviewItem | None,
     follow_up: Effect | None,
 ) -> Effect | None:
-    """Insert the decision effect; None when another decision took its key first."""
-    redact = policy_for(before.tool).redactor
-    number = Effect.objects.filter(parent=before, kind=Kind.DECISION).count() + 1
-    effect_key = f"{before.effect_key}:decision:{number}"
+    """The operator's ask as a decision effect; None when another decision took its key."""
     asked = {
         "action": ask.action,
         "reason": ask.reason,
@@ -301,75 +274,22 @@ def _record_decision(
     if ask.action == COMPENSATE:
         asked["compensation_tool"] = ask.compensation_tool
         asked["compensation_request"] = ask.compensation_request
-    target_text = f"effect:{before.id}"
-    provenance = {
-        "actor": actor,
-        "user_id": user.pk,
-        "action": ask.action,
-        "reason": ask.reason,
-        "evidence": ask.evidence,
-        "ground": ground,
-        "review_item": review.pk if review else None,
-        "review_reason": review.reason if review else None,
-        "before": _snapshot(before),
-        "after": _snapshot(after),
-        "compensation": str(follow_up.id) if follow_up else None,
-    }
-    decision = insert_effect(
-        {
-            "id": decision_id,
-            "agent": before.agent_id,
-            "effect_key": effect_key,
-            "run_id": before.run_id,
-            "step_id": f"{before.step_id}:decision",
-            "seq": next_seq(before.agent, before.run_id),
-            "kind": Kind.DECISION,
-            "tool": DECISION_TOOL,
-            "target": target_text,
-            "request": redact(asked),
-            "request_hash": digests.request_hash(DECISION_TOOL, target_text, asked),
-            "idempotency_key": digests.idempotency_key(before.agent_id, effect_key),
-            "status": Status.CONFIRMED,
-            "attempt": 0,
-            "checks": 0,
-            "max_attempts": 1,
-            "lease_owner": "",
-            "provider_ref": "",
-            "outcome_digest": "",
-            "outcome_token": "",
-            "parent": before.id,
-            "provenance": redact(provenance),
-            "resolved_at": SqlExpr("now()"),
-            "version": 1,
-        }
-    )
-    if decision is None:
-        return None
-    record_event(
-        decision.id,
-        kind=EventKind.DECISION,
+    return record_decision(
+        before,
+        after,
+        action=ask.action,
+        reason=ask.reason,
+        asked=asked,
         actor=actor,
-        to_status=Status.CONFIRMED,
-        reason=redact.text(ask.reason),
-        data=redact(
-            {
-                "target": str(before.id),
-                "action": ask.action,
-                "before": provenance["before"],
-                "after": provenance["after"],
-            }
-        ),
+        details={
+            "user_id": user.pk,
+            "evidence": ask.evidence,
+            "ground": ground,
+            "compensation": str(follow_up.id) if follow_up else None,
+        },
+        review=review,
+        decision_id=decision_id,
     )
-    return decision
-
-
-def _snapshot(effect: Effect) -> dict[str, Any]:
-    return {
-        "status": effect.status,
-        "version": effect.version,
-        "attempt": effect.attempt,
-        "provider_ref": effect.provider_ref,
-    }
 
 
 def _summary(ask: Ask) -> str:

@@ -10,38 +10,32 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import connection
 
-from reviews.models import Reason
+from ledger.models import Effect, Reason, Tool
+from ledger.reviewqueue import open_reviews_sql
+from ledger.states import INCOMPLETE, sql_list
 
 
 def escalate() -> int:
     """Open an `unresolved_past_window` item for every overdue effect. Returns how many."""
-    default = settings.LEDGER_ESCALATE_AFTER
+    effects, tools = Effect._meta.db_table, Tool._meta.db_table
+    overdue = f"""
+        SELECT e.id AS effect_id, %(reason)s AS reason
+          FROM {effects} e
+          LEFT JOIN {tools} w ON w.name = e.tool
+         WHERE e.status IN ({sql_list(INCOMPLETE)})
+           AND e.created_at < now() - LEAST(
+                   make_interval(secs => %(default)s),
+                   COALESCE((SELECT min(escalate_after) FROM {tools}),
+                            make_interval(secs => %(default)s)))
+           AND e.created_at < now() - COALESCE(w.escalate_after,
+                                                make_interval(secs => %(default)s))
+    """
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            WITH windows AS (
-                SELECT name, escalate_after, backoffice_window FROM ledger_tool
-            ), overdue AS (
-                SELECT e.id, w.backoffice_window
-                  FROM ledger_effect e
-                  LEFT JOIN windows w ON w.name = e.tool
-                 WHERE e.status IN ('planned', 'dispatching', 'awaiting_confirmation', 'unknown')
-                   AND e.created_at < now() - LEAST(
-                           make_interval(secs => %(default)s),
-                           COALESCE((SELECT min(escalate_after) FROM windows),
-                                    make_interval(secs => %(default)s)))
-                   AND e.created_at < now() - COALESCE(w.escalate_after,
-                                                        make_interval(secs => %(default)s))
-            )
-            INSERT INTO reviews_reviewitem (effect_id, reason, opened_at, due_at, resolution)
-            SELECT id, %(reason)s, now(),
-                   now() + COALESCE(backoffice_window, make_interval(secs => %(window)s)), ''
-              FROM overdue
-            ON CONFLICT (effect_id) WHERE resolved_at IS NULL DO NOTHING
-            """,
+            open_reviews_sql(overdue),
             {
-                "default": default,
-                "reason": Reason.STALE,
+                "default": settings.LEDGER_ESCALATE_AFTER,
+                "reason": Reason.STALE.value,
                 "window": settings.LEDGER_BACKOFFICE_WINDOW,
             },
         )

@@ -12,10 +12,10 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from ledger.models import Reason, ReviewItem
 from ledger.roles import ADMIN, OPERATOR
 from ledger.states import Status
 from reviews.decisions import ACTIONS, CANCEL, COMPENSATE, CONFIRM, FAIL, RETRY, Ask
-from reviews.models import Reason, ReviewItem
 
 AGES = [
     ("lt1d", "Under a day"),

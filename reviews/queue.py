@@ -1,30 +1,10 @@
-"""Opening review items: effects that no machine can resolve go to people."""
+"""Who works on a review item: claiming and assigning (opening one is `ledger.reviewqueue`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-from django.db import connection
-
-from reviews.models import ReviewItem
-
-_TABLE = ReviewItem._meta.db_table
-
-
-def open_review(effect_id: Any, reason: str) -> bool:
-    """Open a review item unless one is open already. Returns whether one was opened."""
-    with connection.cursor() as cursor:
-        # Due within the effect's tool's back-office window, or the default one.
-        cursor.execute(
-            f"INSERT INTO {_TABLE} (effect_id, reason, opened_at, due_at, resolution) "
-            f"SELECT e.id, %s, now(), now() + COALESCE(t.backoffice_window, "
-            f"make_interval(secs => %s)), '' "
-            f"FROM ledger_effect e LEFT JOIN ledger_tool t ON t.name = e.tool WHERE e.id = %s "
-            f"ON CONFLICT (effect_id) WHERE resolved_at IS NULL DO NOTHING",
-            [reason, settings.LEDGER_BACKOFFICE_WINDOW, effect_id],
-        )
-        return cursor.rowcount == 1
+from ledger.models import ReviewItem
 
 
 def claim_item(item: ReviewItem, user: Any) -> Any:

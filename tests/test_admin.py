@@ -7,8 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from ledger.models import Effect, EffectEvent
-from reviews.models import ReviewItem
+from ledger.models import Effect, EffectEvent, ReviewItem
 
 
 @pytest.fixture
@@ -52,9 +51,9 @@ def test_events_cannot_be_deleted_from_the_admin(admin_client_logged_in, alice):
 
 def test_the_review_queue_is_in_the_admin(admin_client_logged_in, alice):
     effect = alice.intent()
-    from reviews.queue import open_review
+    from ledger.reviewqueue import open_review
 
     open_review(effect["id"], "no_lookup")
-    response = admin_client_logged_in.get(reverse("admin:reviews_reviewitem_changelist"))
+    response = admin_client_logged_in.get(reverse("admin:ledger_reviewitem_changelist"))
     assert response.status_code == 200
     assert ReviewItem.objects.count() == 1

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ledger.models import Effect
-from reviews.models import ReviewItem
+from ledger.models import Effect, ReviewItem
 from tests.conftest import events_of
 
 

@@ -10,11 +10,10 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from ledger.models import Effect, EffectDependency, EffectEvent
+from ledger.models import Effect, EffectDependency, EffectEvent, Reason, ReviewItem
+from ledger.reviewqueue import open_review
 from reconcilers.execution import execute_one
 from reviews.decisions import AlreadyDecided, Ask, decide
-from reviews.models import Reason, ReviewItem
-from reviews.queue import open_review
 from tests.conftest import events_of
 
 

@@ -10,10 +10,9 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from ledger.models import Effect
+from ledger.models import Effect, ReviewItem
+from ledger.reviewqueue import open_review
 from reviews.escalation import escalate
-from reviews.models import ReviewItem
-from reviews.queue import open_review
 
 INCOMPLETE = ["planned", "dispatching", "awaiting_confirmation", "unknown"]
 TERMINAL = ["confirmed", "failed", "cancelled", "compensated"]

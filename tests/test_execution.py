@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.models import Effect
+from ledger.models import Effect, ReviewItem
 from reconcilers.execution import execute_one, redrive_executions
-from reviews.models import ReviewItem
 from tests.test_reconcile_jobs import rq_queue  # noqa: F401 - a fixture
 
 

@@ -15,10 +15,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ledger.models import AuditExport, Effect, EffectEvent, EventSeal
+from ledger.models import AuditExport, Effect, EffectEvent, EventSeal, Reason
+from ledger.reviewqueue import open_review
 from reviews.decisions import Ask, decide
-from reviews.models import Reason
-from reviews.queue import open_review
 
 DATASETS = ("effects", "events", "decisions")
 FORMATS = ("csv", "jsonl")

@@ -111,7 +111,7 @@ def test_a_superseded_token_cannot_write_after_recovery_and_reclaim(alice):
 
 
 def test_a_late_outcome_with_a_different_provider_ref_opens_a_possible_duplicate_review(alice):
-    from reviews.models import ReviewItem
+    from ledger.models import ReviewItem
 
     effect = alice.intent(tool="get_balance", request={"account": "a1"})
     first = alice.claim(effect["id"])

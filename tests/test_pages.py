@@ -10,10 +10,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ledger.models import Effect, EffectDependency
+from ledger.models import Effect, EffectDependency, Reason, ReviewItem
+from ledger.reviewqueue import open_review
 from ledger.transitions import record_event
-from reviews.models import Reason, ReviewItem
-from reviews.queue import open_review
 
 
 def signed_in(user) -> Client:

@@ -14,11 +14,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from ledger.models import Effect, EffectEvent
+from ledger.models import Effect, EffectEvent, ReviewItem
 from ledger.recovery import database_now
 from reconcilers.reconcile import process_next, process_one, take
 from reconcilers.schedules import queue_expired_leases
-from reviews.models import ReviewItem
 from tests.conftest import events_of, expire_lease
 
 REQUEST = {"amount": "10.00", "currency": "EUR"}

@@ -17,8 +17,8 @@ from django.conf import settings as django_settings
 from django.db import connection, transaction
 
 from ledger.models import Effect, EffectEvent
+from ledger.wakeups import wake
 from reconcilers.jobs import check_effects
-from reconcilers.queue import wake
 from reconcilers.reconcile import process_next
 from reconcilers.schedules import SCHEDULES, ensure_schedules, queue_expired_leases, sweep
 from tests.conftest import expire_lease

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from django.db.models.expressions import RawSQL
 
-from ledger.models import Effect
-from reviews.models import ReviewItem
+from ledger.models import Effect, ReviewItem
 from tests.conftest import expire_lease
 
 
@@ -44,8 +43,8 @@ def test_the_plan_covers_every_branch_of_the_decision_table(alice):
     plan = _actions(alice.post("/recovery", {"run_id": "run-1", "dry_run": True}))
     assert plan == {
         planned["id"]: ("retry_safe", "planned"),
-        blocked["id"]: ("wait", "blocked_by_upstream"),
-        live["id"]: ("wait", "lease_live"),
+        blocked["id"]: ("wait", "blocked"),
+        live["id"]: ("wait", "leased"),
         parked["id"]: ("wait", "awaiting_confirmation"),
         read_only["id"]: ("retry_safe", "read_only"),
         lookup["id"]: ("reconcile", "provider_lookup"),
@@ -132,7 +131,7 @@ def test_recovery_filters_by_owner_and_counts_by_status(alice):
 
 
 def test_an_effect_with_an_open_review_item_is_left_to_the_person(alice):
-    from reviews.queue import open_review
+    from ledger.reviewqueue import open_review
 
     effect = _expired(alice, "lookup", "create_ticket")  # would otherwise be reconciled
     open_review(effect["id"], "reconciliation_inconclusive")

@@ -122,7 +122,7 @@ def _confirm_with_charge(effect: dict, amount: str):
 
 
 def test_a_confirmation_whose_charge_differs_from_the_request_goes_to_review(alice, settings):
-    from reviews.models import ReviewItem
+    from ledger.models import ReviewItem
 
     settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
     effect = _awaiting(alice)

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 
 from ledger import jsonenc
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.models import Effect, EffectDependency, EffectEvent, EventKind
+from ledger.models import Effect, EffectDependency, EffectEvent, EventKind, ReviewItem
 from ledger.states import Kind
 from ledger.tools import policy_for
 from reconcilers.execution import can_execute
@@ -22,7 +22,6 @@ from reviews.access import actor, reader
 from reviews.decisions import COMPENSATE, allowed_actions
 from reviews.decisions import decide as record_decision
 from reviews.forms import DecisionForm, valid_action
-from reviews.models import ReviewItem
 
 
 def _pretty(value: Any) -> str:

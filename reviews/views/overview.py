@@ -7,8 +7,9 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from ledger.models import Effect, EffectEvent
-from ledger.states import INCOMPLETE, Status
+from ledger.interlocks import blocked_branches
+from ledger.models import Effect, EffectEvent, EventKind, ReviewItem
+from ledger.states import INCOMPLETE, Kind, Status
 from reviews.access import reader
 
 # Open review items by age: (label, lower bound in hours, upper bound in hours).
@@ -28,8 +29,8 @@ def _counts() -> tuple[list[tuple[str, int]], list[tuple[str, list[int], int]]]:
     """Effects by status and by tool (actions and compensations), from one GROUP BY."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT tool, status, count(*) FROM ledger_effect WHERE kind <> 'decision' "
-            "GROUP BY tool, status"
+            f"SELECT tool, status, count(*) FROM {Effect._meta.db_table} "
+            f"WHERE kind <> '{Kind.DECISION.value}' GROUP BY tool, status"
         )
         rows = cursor.fetchall()
     by_status = dict.fromkeys(Status.values, 0)
@@ -52,7 +53,9 @@ def _review_ages() -> list[tuple[str, int]]:
         for _, low, high in AGE_BUCKETS
     )
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {columns} FROM reviews_reviewitem WHERE resolved_at IS NULL")
+        cursor.execute(
+            f"SELECT {columns} FROM {ReviewItem._meta.db_table} WHERE resolved_at IS NULL"
+        )
         counts = cursor.fetchone()
     return [(label, n) for (label, _, _), n in zip(AGE_BUCKETS, counts, strict=True)]
 
@@ -81,30 +84,11 @@ def _chart(ages: list[tuple[str, int]]) -> dict:
     return {"width": width, "height": height, "bars": bars, "base": height - bottom}
 
 
-def _blocked() -> tuple[int, list[dict]]:
-    """Planned effects held back by an upstream effect that is not confirmed."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT d.id, d.effect_key, d.tool, u.id, u.effect_key, u.status, count(*) OVER ()
-              FROM ledger_effectdependency x
-              JOIN ledger_effect d ON d.id = x.downstream_id AND d.status = 'planned'
-              JOIN ledger_effect u ON u.id = x.upstream_id AND u.status <> 'confirmed'
-             ORDER BY d.created_at, d.id LIMIT %s
-            """,
-            [_BLOCKED_LIMIT],
-        )
-        rows = cursor.fetchall()
-    total = rows[0][6] if rows else 0
-    keys = ("id", "effect_key", "tool", "upstream_id", "upstream_key", "upstream_status")
-    return total, [dict(zip(keys, row[:6], strict=True)) for row in rows]
-
-
 @reader
 def overview(request: HttpRequest) -> HttpResponse:
     by_status, by_tool = _counts()
     ages = _review_ages()
-    blocked_total, blocked = _blocked()
+    blocked_total, blocked = blocked_branches(_BLOCKED_LIMIT)
     context = {
         "by_status": by_status,
         "by_tool": by_tool,
@@ -120,7 +104,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "blocked_total": blocked_total,
         # Lookups and the machines' own moves, newest first (event_recovery_idx).
         "activity": EffectEvent.objects.filter(
-            Q(kind="reconciliation") | Q(actor__startswith="system:")
+            Q(kind=EventKind.RECONCILIATION) | Q(actor__startswith="system:")
         ).order_by("-id")[:15],
         "refresh": REFRESH_SECONDS,
     }

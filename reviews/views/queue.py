@@ -11,9 +11,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from ledger.models import ReviewItem
 from reviews.access import actor, reader
 from reviews.forms import QueueFilter, operators
-from reviews.models import ReviewItem
 from reviews.queue import assign_item, claim_item
 
 PAGE_SIZE = 50

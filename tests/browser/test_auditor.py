@@ -16,10 +16,9 @@ from django.db import connection
 from playwright.sync_api import expect
 
 from ledger import seal
-from ledger.models import AuditExport, Effect, EffectEvent
+from ledger.models import AuditExport, Effect, EffectEvent, Reason, ReviewItem
+from ledger.reviewqueue import open_review
 from ledger.transitions import record_event
-from reviews.models import Reason, ReviewItem
-from reviews.queue import open_review
 from tests.browser.conftest import nav
 from tests.conftest import ROOT
 

@@ -8,10 +8,9 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger.models import Effect
+from ledger.models import Effect, Reason, ReviewItem
+from ledger.reviewqueue import open_review
 from ledger.states import Kind
-from reviews.models import Reason, ReviewItem
-from reviews.queue import open_review
 from tests.browser.conftest import (
     SCREENSHOTS,
     accept_dialogs,

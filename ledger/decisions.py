@@ -1,0 +1,118 @@
+"""Recording a decision: a ruling on an effect, kept as an effect of its own.
+
+A decision (kind `decision`, status `confirmed`, `parent` = the effect decided on) records who
+decided what, why, and the target as it was before and after. The caller records it in the same
+transaction as the target's move and the review item's resolution (DESIGN.md, "Review and
+escalation"), so that all three commit or none does. Operators decide through
+`reviews.decisions`; the ledger's own rulings record themselves here too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models.functions import Now
+
+from ledger.intents import Intent, effect_row, insert_effect
+from ledger.models import Agent, Effect, EventKind, ReviewItem
+from ledger.states import Kind, Status
+from ledger.tools import policy_for
+from ledger.transitions import SqlExpr, record_event
+
+# The pseudo-tool under which decision effects are recorded.
+DECISION_TOOL = "operator_decision"
+
+
+def snapshot(effect: Effect) -> dict[str, Any]:
+    """What a decision keeps of its target, before and after."""
+    return {
+        "status": effect.status,
+        "version": effect.version,
+        "attempt": effect.attempt,
+        "provider_ref": effect.provider_ref,
+    }
+
+
+def record_decision(
+    before: Effect,
+    after: Effect,
+    *,
+    action: str,
+    reason: str,
+    asked: dict[str, Any],
+    actor: str,
+    details: dict[str, Any],
+    review: ReviewItem | None = None,
+    decision_id: uuid.UUID | None = None,
+    agent: Agent | None = None,
+) -> Effect | None:
+    """Insert the decision on `before` (now `after`) with its event; None when another decision
+    took its key first (the caller's transaction must then roll back).
+
+    `asked` is the request as it was made, `details` what else the decision's provenance keeps;
+    both are redacted by the target's tool. The decision is recorded under `agent`, by default
+    the target's own.
+    """
+    redact = policy_for(before.tool).redactor
+    number = Effect.objects.filter(parent=before, kind=Kind.DECISION).count() + 1
+    provenance = {
+        "actor": actor,
+        "action": action,
+        "reason": reason,
+        "review_item": review.pk if review else None,
+        "review_reason": review.reason if review else None,
+        "before": snapshot(before),
+        "after": snapshot(after),
+        **details,
+    }
+    intent = Intent(
+        run_id=before.run_id,
+        step_id=f"{before.step_id}:decision",
+        tool=DECISION_TOOL,
+        target=f"effect:{before.id}",
+        request=asked,
+        effect_key=f"{before.effect_key}:decision:{number}",
+        provenance=provenance,
+        kind=Kind.DECISION,
+        parent_id=before.id,
+    )
+    row = effect_row(
+        agent or before.agent,
+        intent,
+        redact,
+        status=Status.CONFIRMED,
+        max_attempts=1,
+        resolved_at=SqlExpr("now()"),
+    )
+    if decision_id is not None:
+        row["id"] = decision_id
+    decision = insert_effect(row)
+    if decision is None:
+        return None
+    record_event(
+        decision.id,
+        kind=EventKind.DECISION,
+        actor=actor,
+        to_status=Status.CONFIRMED,
+        reason=redact.text(reason),
+        data=redact(
+            {
+                "target": str(before.id),
+                "action": action,
+                "before": provenance["before"],
+                "after": provenance["after"],
+            }
+        ),
+    )
+    return decision
+
+
+def resolve_review(item: ReviewItem, *, decision_id: uuid.UUID, user: Any, summary: str) -> bool:
+    """Close `item` with the decision that settled it; False when it was closed already (the
+    caller lost a race and must roll back)."""
+    return bool(
+        ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True).update(
+            resolved_at=Now(), resolved_by=user, resolution=summary[:2000], decision_id=decision_id
+        )
+    )

@@ -1,0 +1,46 @@
+"""Opening review items: effects that no machine can resolve go to people.
+
+Every item is opened by one INSERT shape, whether for one effect (`open_review`) or for a whole
+sweep (`reviews.escalation`): due within the effect's tool's back-office window or the default
+one, and a no-op where the effect already has an open item (the partial unique index
+`review_one_open_uniq`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from ledger.models import Effect, Reason, ReviewItem, Tool
+
+_TABLE = ReviewItem._meta.db_table
+
+
+def open_reviews_sql(candidates: str) -> str:
+    """The INSERT that opens an item for each row of `candidates`, a SELECT of
+    `(effect_id, reason)`; its parameter `%(window)s` is the default back-office window."""
+    return f"""
+        INSERT INTO {_TABLE} (effect_id, reason, opened_at, due_at, resolution)
+        SELECT c.effect_id, c.reason, now(),
+               now() + COALESCE(t.backoffice_window, make_interval(secs => %(window)s)), ''
+          FROM ({candidates}) c
+          JOIN {Effect._meta.db_table} e ON e.id = c.effect_id
+          LEFT JOIN {Tool._meta.db_table} t ON t.name = e.tool
+        ON CONFLICT (effect_id) WHERE resolved_at IS NULL DO NOTHING
+    """
+
+
+def open_review(effect_id: Any, reason: Reason) -> bool:
+    """Open a review item unless one is open already. Returns whether one was opened."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            open_reviews_sql("SELECT %(effect)s::uuid AS effect_id, %(reason)s AS reason"),
+            {
+                "effect": effect_id,
+                "reason": Reason(reason).value,
+                "window": settings.LEDGER_BACKOFFICE_WINDOW,
+            },
+        )
+        return cursor.rowcount == 1

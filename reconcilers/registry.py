@@ -1,0 +1,30 @@
+"""Which adapter serves a tool: the tool's `reconciler` names one, its `reconciler_config`
+configures it. This module imports the adapters; they import only the base (`adapters`)."""
+
+from __future__ import annotations
+
+from ledger.models import Tool
+from reconcilers.adapters import Adapter, Manual
+from reconcilers.http_lookup import HttpLookup
+from reconcilers.payments import SandboxPayments
+
+ADAPTERS: dict[str, type] = {
+    SandboxPayments.name: SandboxPayments,
+    HttpLookup.name: HttpLookup,
+    Manual.name: Manual,
+}
+# Adapters that can carry out an effect themselves (`execute`): the ledger's own compensations.
+EXECUTING = frozenset(name for name, adapter in ADAPTERS.items() if hasattr(adapter, "execute"))
+
+
+def adapter_for(tool: Tool | None) -> Adapter:
+    """The adapter a tool's `reconciler` names, configured by its `reconciler_config`; a tool
+    with none, or with a name nobody knows, gets `Manual` (a person decides)."""
+    if tool is None or tool.reconciler not in ADAPTERS:
+        return Manual()
+    return ADAPTERS[tool.reconciler](config=dict(tool.reconciler_config or {}))
+
+
+def executes(reconciler: str) -> bool:
+    """Can the adapter of this name carry out effects itself?"""
+    return reconciler in EXECUTING
