@@ -194,7 +194,7 @@ def _own_effect(request: HttpRequest, effect_id: uuid.UUID) -> Effect:
     # than the indexed primary-key read.
     rows = list(
         Effect.objects.raw(
-            "SELECT * FROM ledger_effect WHERE id = %s AND agent_id = %s",
+            f"SELECT * FROM {Effect._meta.db_table} WHERE id = %s AND agent_id = %s",
             [effect_id, _agent(request).id],
         )
     )

@@ -15,7 +15,7 @@ from ledger.models import Agent, Effect, EffectDependency, EventKind, Run
 from ledger.redaction import Redactor
 from ledger.states import Kind, Status
 from ledger.tools import Policy
-from ledger.transitions import SqlExpr, record_event
+from ledger.transitions import column_values, record_event
 
 _EFFECT_TABLE = Effect._meta.db_table
 _RUN_TABLE = Run._meta.db_table
@@ -74,16 +74,7 @@ def next_seq(agent: Agent, run_id: str) -> int:
 def insert_effect(values: dict[str, Any]) -> Effect | None:
     """Insert one effect row; None when (agent, effect_key) is taken already. An `SqlExpr`
     value is computed by the database (its clock)."""
-    columns, placeholders, params = [], [], []
-    for name, value in values.items():
-        model_field = Effect._meta.get_field(name)
-        columns.append(model_field.column)
-        if isinstance(value, SqlExpr):
-            placeholders.append(value.sql)
-            params.extend(value.params)
-        else:
-            placeholders.append("%s")
-            params.append(model_field.get_db_prep_save(value, connection))
+    columns, placeholders, params = column_values(values)
     sql = (
         f"INSERT INTO {_EFFECT_TABLE} ({', '.join(columns)}, created_at, updated_at) "
         f"VALUES ({', '.join(placeholders)}, now(), now()) "

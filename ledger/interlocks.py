@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connection
 
 from ledger import digests
-from ledger.models import Effect, EffectDependency, EffectEvent
+from ledger.models import Effect, EffectDependency, EffectEvent, EventKind
 from ledger.states import INCOMPLETE, Kind, Status, sql_list
 
 _EFFECTS = Effect._meta.db_table
@@ -142,7 +142,7 @@ def cancel_dependents(upstream_id: Any) -> int:
         )
         INSERT INTO {_EVENTS}
                (effect_id, kind, actor, from_status, to_status, reason, data, digest, created_at)
-        SELECT id, 'transition', 'system:interlock', '{planned}', '{cancelled}',
+        SELECT id, '{EventKind.TRANSITION.value}', 'system:interlock', '{planned}', '{cancelled}',
                'upstream_failed', %s::jsonb, %s, now()
           FROM moved
     """

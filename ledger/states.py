@@ -52,6 +52,9 @@ TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
 
 # Statuses an effect can still leave by itself or by recovery.
 INCOMPLETE = frozenset({P, D, A, U})
+# Statuses in which nobody may have reported how the effect ended: the reconciliation checker
+# looks at these (a dispatching one only once its lease has run out).
+CHECKED = frozenset({D, A, U})
 # Statuses from which nothing but compensation follows.
 TERMINAL = frozenset({C, F, X, K})
 # An upstream effect in one of these can never become confirmed (again): its planned

@@ -55,6 +55,22 @@ def seconds_from_now(seconds: float) -> SqlExpr:
     return SqlExpr("now() + make_interval(secs => %s)", (seconds,))
 
 
+def column_values(values: Mapping[str, Any]) -> tuple[list[str], list[str], list[Any]]:
+    """Effect values by field or column name as (columns, SQL placeholders, parameters): an
+    `SqlExpr` goes in as SQL, anything else as a parameter prepared by its model field."""
+    columns, placeholders, params = [], [], []
+    for name, value in values.items():
+        field = _FIELD_BY_COLUMN.get(name) or Effect._meta.get_field(name)
+        columns.append(field.column)
+        if isinstance(value, SqlExpr):
+            placeholders.append(value.sql)
+            params.extend(value.params)
+        else:
+            placeholders.append("%s")
+            params.append(field.get_db_prep_save(value, connection))
+    return columns, placeholders, params
+
+
 def _update(
     effect: Effect,
     to: Status,
@@ -62,16 +78,10 @@ def _update(
     where: Sequence[tuple[str, Sequence[Any]]] = (),
 ) -> Effect | None:
     """The conditional UPDATE; None when the row no longer matches (someone else won)."""
+    columns, placeholders, params = column_values(changes)
     sets = ["status = %s", "version = version + 1", "updated_at = now()"]
-    params: list[Any] = [str(to)]
-    for column, value in changes.items():
-        if isinstance(value, SqlExpr):
-            sets.append(f"{column} = {value.sql}")
-            params.extend(value.params)
-        else:
-            field = _FIELD_BY_COLUMN[column]
-            sets.append(f"{column} = %s")
-            params.append(field.get_db_prep_save(value, connection))
+    sets += [f"{column} = {sql}" for column, sql in zip(columns, placeholders, strict=True)]
+    params = [str(to), *params]
     conditions = ["id = %s", "status = %s", "version = %s"]
     params += [effect.id, effect.status, effect.version]
     for condition, condition_params in where:
@@ -261,7 +271,7 @@ def heartbeat(effect: Effect, *, token: str, lease_seconds: int) -> Effect:
     sql = (
         f"UPDATE {_EFFECT_TABLE} SET lease_expires_at = now() + make_interval(secs => %s), "
         f"lease_seconds = %s, version = version + 1, updated_at = now() "
-        f"WHERE id = %s AND status = 'dispatching' AND lease_token = %s "
+        f"WHERE id = %s AND status = '{Status.DISPATCHING.value}' AND lease_token = %s "
         f"AND lease_expires_at > now() RETURNING *"
     )
     rows = list(Effect.objects.raw(sql, [lease_seconds, lease_seconds, effect.id, token]))

@@ -92,10 +92,11 @@ def redrive_executions(limit: int = 1000) -> int:
     or a not_sent outcome waiting for another go). Returns how many."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT e.id FROM ledger_effect e JOIN ledger_tool t ON t.name = e.tool "
-            "WHERE e.kind = 'compensation' AND e.status = 'planned' "
-            "AND e.attempt < e.max_attempts AND t.reconciler = ANY(%s) "
-            "ORDER BY e.created_at LIMIT %s",
+            f"SELECT e.id FROM {Effect._meta.db_table} e "
+            f"JOIN {Tool._meta.db_table} t ON t.name = e.tool "
+            f"WHERE e.kind = '{Kind.COMPENSATION.value}' AND e.status = '{Status.PLANNED.value}' "
+            f"AND e.attempt < e.max_attempts AND t.reconciler = ANY(%s) "
+            f"ORDER BY e.created_at LIMIT %s",
             [sorted(EXECUTING), limit],
         )
         ids = [str(row[0]) for row in cursor.fetchall()]

@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from ledger.models import Effect, EventKind, Reason, Tool
 from ledger.recovery import apply_plan, database_now, plan_for
 from ledger.reviewqueue import open_review
-from ledger.states import Status, sql_list
+from ledger.states import CHECKED, Status, sql_list
 from ledger.tools import Policy
 from ledger.transitions import Superseded, record_event, seconds_from_now, transition
 from reconcilers.adapters import FOUND, NOT_FOUND, Lookup
@@ -43,9 +43,8 @@ log = logging.getLogger(__name__)
 ACTOR = "system:reconciler"
 _TABLE = Effect._meta.db_table
 # Due for a check: the effect says so, and a dispatching one's lease has run out.
-_CHECKED = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.UNKNOWN)
 _DUE = (
-    f"status IN ({sql_list(_CHECKED)}) AND next_check_at <= now() "
+    f"status IN ({sql_list(CHECKED)}) AND next_check_at <= now() "
     f"AND (status <> '{Status.DISPATCHING.value}' OR lease_expires_at <= now())"
 )
 

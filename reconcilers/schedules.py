@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import connection
 
 from ledger.models import Effect
+from ledger.states import CHECKED, Status, sql_list
 from reconcilers.execution import redrive_executions
 from reconcilers.queue import enqueue_now
 
@@ -25,7 +26,7 @@ def queue_expired_leases() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_TABLE} SET next_check_at = lease_expires_at "
-            f"WHERE status = 'dispatching' AND lease_expires_at <= now() "
+            f"WHERE status = '{Status.DISPATCHING.value}' AND lease_expires_at <= now() "
             f"AND next_check_at IS NULL"
         )
         return cursor.rowcount
@@ -37,7 +38,7 @@ def redrive_due() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id FROM {_TABLE} "
-            f"WHERE status IN ('dispatching', 'awaiting_confirmation', 'unknown') "
+            f"WHERE status IN ({sql_list(CHECKED)}) "
             f"AND next_check_at <= now() ORDER BY next_check_at LIMIT %s",
             [REDRIVE_LIMIT],
         )
