@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -47,18 +46,18 @@ from typing import Any
 # Run as a file, this script has bench/ on sys.path: `bench.…` imports need the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cpu import CLOCK_TICKS, machine_ticks, process_ticks, process_title
 from bench.harness import (
-    CLOCK_TICKS,
+    EFFECT_COLUMNS,
     ROOT,
     bench_database,
-    database_url,
-    drop_database,
-    fresh_database,
-    machine_ticks,
-    print_grid,
-    process_ticks,
+    drop_quietly,
+    fresh_bench_database,
+    kept_database_env,
+    options_from,
     run_stoppable,
 )
+from bench.report import machine_info, print_grid, write_result
 
 RESULT_FILE = ROOT / "var" / "bench" / "exports.json"
 RATE_GOAL = 50_000.0  # rows per second
@@ -98,8 +97,7 @@ def parse_args(argv: list[str]) -> tuple[Options, str | None]:
     args = parser.parse_args(argv)
     if args.events < args.effects:
         parser.error("--events must be at least --effects")
-    opts = Options(args.events, args.effects, args.rounds, args.keep_db, args.reuse_db)
-    return opts, args.child
+    return options_from(args, Options), args.child
 
 
 # --- Filling the database --------------------------------------------------------------------
@@ -115,14 +113,8 @@ def fill(url: str, effects: int, events: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         agent_id = conn.execute("SELECT id FROM ledger_agent WHERE name = 'bench'").fetchone()[0]
         conn.execute(
-            """
-            INSERT INTO ledger_effect (
-                id, agent_id, effect_key, run_id, step_id, seq, kind, tool, target, request,
-                request_hash, idempotency_key, status, attempt, max_attempts, lease_owner,
-                lease_token, claim_id, lease_seconds, lease_expires_at, next_check_at, checks,
-                left_dispatch_at, confirm_deadline, provider_ref, response, error,
-                outcome_digest, outcome_token, parent_id, provenance, created_at, updated_at,
-                resolved_at, version)
+            f"""
+            INSERT INTO ledger_effect ({EFFECT_COLUMNS})
             SELECT (lpad(to_hex(g), 12, '0') || left(md5(g::text), 20))::uuid, %(agent)s,
                    'exp:' || g, 'run-' || (g / 20), 'step-' || g, g %% 20 + 1, 'action',
                    'charge_card', 'acct_' || (g %% 977),
@@ -351,10 +343,10 @@ class CpuSampler:
             self.last[pid] = ticks
             if pid not in self.ours:
                 try:
-                    title = Path("/proc", str(pid), "cmdline").read_bytes().decode(errors="replace")
+                    title = process_title(pid)
                 except OSError:
                     continue
-                backend = f" {self.database} " in title.replace("\0", " ")
+                backend = f" {self.database} " in title
                 worker = any(f"parallel worker for PID {b}" in title for b in self.ours)
                 if backend or worker:
                     self.ours.add(pid)
@@ -412,16 +404,10 @@ def benchmark(opts: Options) -> int:
     print(f"Export benchmark on {os.cpu_count()} CPUs; database {name}.", flush=True)
     try:
         if opts.reuse_db:
-            env = {
-                **os.environ,
-                "DATABASE_URL": database_url(base_url, name),
-                "DJANGO_SETTINGS_MODULE": "config.settings",
-                "DJANGO_DEBUG": "false",
-                "LOG_LEVEL": "WARNING",
-            }
+            env = kept_database_env(base_url, name)
         else:
             start = time.perf_counter()
-            env, _ = fresh_database(base_url, name, ["bench"])
+            env, _ = fresh_bench_database(base_url, name, ["bench"])
             fill(env["DATABASE_URL"], opts.effects, opts.events)
             print(
                 f"  {opts.effects:,} effects, {opts.events:,} events (99 % sealed) in "
@@ -443,7 +429,7 @@ def benchmark(opts: Options) -> int:
                 )
     finally:
         if not opts.keep_db and not opts.reuse_db:
-            drop_database(base_url, name)
+            drop_quietly(base_url, name)
     return report(opts, results)
 
 
@@ -550,25 +536,16 @@ def report(opts: Options, results: dict[str, list[dict[str, Any]]]) -> int:
         (name, "yes" if ok else "no", "yes", "yes" if ok else "NO") for name, ok in checks.items()
     ]
     print_grid(("goal", "measured", "goal", "met?"), goals)
-    RESULT_FILE.parent.mkdir(parents=True, exist_ok=True)
-    RESULT_FILE.write_text(
-        json.dumps(
-            {
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "platform": platform.platform(),
-                },
-                "options": asdict(opts),
-                "rows": [asdict(r) for r in rows],
-                "runs": results,
-                "checks": checks,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_result(
+        RESULT_FILE,
+        {
+            "machine": machine_info(),
+            "options": asdict(opts),
+            "rows": [asdict(r) for r in rows],
+            "runs": results,
+            "checks": checks,
+        },
     )
-    print(f"\nwritten to {RESULT_FILE.relative_to(ROOT)}")
     return 0 if all(checks.values()) else 1
 
 

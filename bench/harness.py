@@ -1,5 +1,6 @@
-"""What the benchmark scripts share: their databases, manage.py, the processes they start, CPU
-counters from /proc, tables, and stopping cleanly on Ctrl-C or SIGTERM.
+"""What the benchmark scripts share: their databases, Django set up on one, the processes they
+start, and stopping cleanly on Ctrl-C or SIGTERM. Tables and result files are in
+`bench.report`, CPU accounting in `bench.cpu`.
 
 The scripts run as files (`python bench/lifecycle.py`): each puts the repository root on
 `sys.path` before it imports this module as `bench.harness`.
@@ -7,33 +8,25 @@ The scripts run as files (`python bench/lifecycle.py`): each puts the repository
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, TypeVar
+
+from config.stack import database_name, database_url, drop_database, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+Options = TypeVar("Options")
 
 
 # --- Databases -------------------------------------------------------------------------------
-
-
-def database_url(url: str, name: str) -> str:
-    """`url` pointing at database `name` instead (user, host, port and query kept)."""
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
-def database_name(url: str) -> str:
-    name = urlsplit(url).path.lstrip("/")
-    if not name:
-        raise SystemExit("DATABASE_URL names no database")
-    return name
 
 
 def bench_database(base_url: str, suffix: str) -> str:
@@ -41,63 +34,78 @@ def bench_database(base_url: str, suffix: str) -> str:
     return f"{database_name(base_url)}_{suffix}"
 
 
-def _maintenance(url: str) -> Any:
-    import psycopg
-
-    return psycopg.connect(database_url(url, "postgres"), autocommit=True)
-
-
-_DROP_SQL = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
-
-
-def recreate_database(base_url: str, name: str) -> None:
-    from psycopg import sql
-
-    with _maintenance(base_url) as conn:
-        conn.execute(sql.SQL(_DROP_SQL).format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def drop_database(base_url: str, name: str) -> None:
-    from psycopg import sql
-
-    with _maintenance(base_url) as conn:
-        conn.execute(sql.SQL(_DROP_SQL).format(sql.Identifier(name)))
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
-
-
-def fresh_database(
-    base_url: str, name: str, agents: Sequence[str], **extra_env: str
-) -> tuple[dict[str, str], list[str]]:
-    """Database `name` created afresh, migrated, with the tools of tools.toml and `agents`.
-    Returns the environment for manage.py and the servers (`extra_env` added), and the
-    agents' API keys."""
-    recreate_database(base_url, name)
-    env = {
+def bench_env(url: str, **extra_env: str) -> dict[str, str]:
+    """The environment for manage.py, servers and in-process Django on database `url`: quiet,
+    not in debug mode (debug keeps every query in memory)."""
+    return {
         **os.environ,
-        "DATABASE_URL": database_url(base_url, name),
+        "DATABASE_URL": url,
         **extra_env,
         "DJANGO_SETTINGS_MODULE": "config.settings",
         "DJANGO_DEBUG": "false",
         "LOG_LEVEL": "WARNING",
     }
-    manage(env, "migrate", "--verbosity", "0")
-    manage(env, "loadtools", "tools.toml")
-    keys = [manage(env, "createagent", agent).strip().splitlines()[-1] for agent in agents]
-    return env, keys
+
+
+def fresh_bench_database(
+    base_url: str, name: str, agents: Sequence[str], **extra_env: str
+) -> tuple[dict[str, str], list[str]]:
+    """Database `name` created afresh, migrated, with the tools of tools.toml and `agents`.
+    Returns the environment for manage.py and the servers (`extra_env` added), and the
+    agents' API keys."""
+    return fresh_database(bench_env(base_url, **extra_env), name, agents=agents)
+
+
+def kept_database_env(base_url: str, name: str) -> dict[str, str]:
+    """The environment for database `name` that an earlier run kept (--keep-db)."""
+    return bench_env(database_url(base_url, name))
+
+
+# Every column of ledger_effect, in the order the benchmarks' generated rows give them: their
+# `INSERT INTO ledger_effect ({EFFECT_COLUMNS}) SELECT …` fails loudly when a migration adds one.
+EFFECT_COLUMNS = """
+    id, agent_id, effect_key, run_id, step_id, seq, kind, tool, target, request, request_hash,
+    idempotency_key, status, attempt, max_attempts, lease_owner, lease_token, claim_id,
+    lease_seconds, lease_expires_at, next_check_at, checks, left_dispatch_at, confirm_deadline,
+    provider_ref, response, error, outcome_digest, outcome_token, parent_id, provenance,
+    created_at, updated_at, resolved_at, version
+"""
+
+
+def drop_quietly(base_url: str, name: str) -> None:
+    try:
+        drop_database(base_url, name)
+    except Exception as exc:  # the run's result matters more than the cleanup
+        print(f"could not drop {name}: {exc}", file=sys.stderr)
+
+
+# --- Django in this process ------------------------------------------------------------------
+
+
+def setup_django(env: dict[str, str]) -> None:
+    """Django on the benchmark's database, set up as a gunicorn worker is: whatever config.wsgi
+    does at start-up (django.setup(), and anything added there later, such as gc.freeze())
+    shapes the measured work too."""
+    # WhiteNoise warns once that collectstatic has not run: nothing here serves static files.
+    warnings.filterwarnings("ignore", message="No directory at")
+    os.environ.update(env)
+    import config.wsgi  # noqa: F401
+
+
+def sql_rows(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def sql_exec(sql: str, params: Any = None) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 # --- Processes we start ----------------------------------------------------------------------
@@ -115,50 +123,6 @@ def stop_group(proc: subprocess.Popen[Any], *, grace: float = 10.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(5)
-
-
-# --- CPU counters from /proc -----------------------------------------------------------------
-
-
-def machine_ticks() -> tuple[int, int]:
-    """(all ticks, busy ticks) of all CPUs together, from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
-    return sum(values), sum(values) - values[3] - values[4]
-
-
-def process_ticks() -> Iterator[tuple[int, str, int, int]]:
-    """(pid, comm, process group, user + system ticks) of every process we can read."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-        rest = raw[raw.rindex(")") + 2 :].split()
-        yield int(entry.name), comm, int(rest[2]), int(rest[11]) + int(rest[12])
-
-
-# --- Output ----------------------------------------------------------------------------------
-
-
-def print_grid(
-    header: Sequence[str], rows: Sequence[Sequence[Any]], *, right_align: bool = False
-) -> None:
-    """A table: columns as wide as their widest cell, a rule under the header. The first column
-    is aligned left; the others too, or right with `right_align`."""
-    table = [[str(cell) for cell in row] for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for index, row in enumerate(table):
-        cells = [row[0].ljust(widths[0])]
-        cells += [
-            c.rjust(w) if right_align else c.ljust(w)
-            for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        print("  ".join(cells))
-        if index == 0:
-            print("  ".join("-" * w for w in widths))
 
 
 # --- Entry point -----------------------------------------------------------------------------
@@ -181,6 +145,19 @@ def run_stoppable(run: Callable[[], int], *, restore_sigint: bool = False) -> in
     except KeyboardInterrupt:
         print("interrupted: stopped what this benchmark started", file=sys.stderr)
         return 130
+
+
+def options_from(args: argparse.Namespace, options: type[Options]) -> Options:
+    """The options dataclass filled from the parsed arguments of the same names."""
+    return options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(options)})
+
+
+def script_main(
+    parse_args: Callable[[list[str]], Options], benchmark: Callable[[Options], int]
+) -> int:
+    """A benchmark script's entry point: its options from the command line, then the run."""
+    opts = parse_args(sys.argv[1:])
+    return run_stoppable(lambda: benchmark(opts), restore_sigint=True)
 
 
 def code_version() -> str:

@@ -19,17 +19,15 @@ from config.env import (
     env_list,
     env_str,
 )
+from config.envfile import read_env_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _load_env_file(path: Path) -> None:
-    if not path.is_file():
-        return
-    for line in path.read_text().splitlines():
-        name, sep, value = line.partition("=")
-        if sep and not line.lstrip().startswith("#"):
-            os.environ.setdefault(name.strip(), value.strip())
+    """The file's values as defaults: the real environment wins."""
+    for name, value in read_env_file(path).items():
+        os.environ.setdefault(name, value)
 
 
 _load_env_file(Path(os.environ.get("LEDGER_ENV_FILE", BASE_DIR / "var" / "run.env")))

@@ -40,12 +40,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit, urlunsplit
 
 from config.embedded import ROOT, VAR, EmbeddedServers, say, spawn, stop_processes
+from config.envfile import read_env_file, write_env_file
+from reconcilers.sandbox.launch import provider_argv
 
 SECRETS_FILE = VAR / "secrets.env"
 RUN_ENV_FILE = VAR / "run.env"
@@ -126,29 +129,7 @@ def _signal_exit_code(signum: int) -> int:
     return 128 + signum  # the shell's convention for "killed by signal N"
 
 
-# --- Secrets and env files -------------------------------------------------------------------
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    """`NAME=value` lines, as `config.settings._load_env_file` reads them."""
-    values: dict[str, str] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            name, sep, value = line.partition("=")
-            if sep and not line.lstrip().startswith("#"):
-                values[name.strip()] = value.strip()
-    return values
-
-
-def write_env_file(path: Path, values: dict[str, str], header: str) -> None:
-    """Write atomically, readable by the owner only: these files hold secrets."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(f"# {header}\n")
-        handle.writelines(f"{name}={value}\n" for name, value in values.items())
-    os.replace(tmp, path)
+# --- Secrets -------------------------------------------------------------------------------
 
 
 def _generate_secret(name: str) -> str:
@@ -201,8 +182,38 @@ class ChildDied(Exception):
         self.name = name
 
 
-def manage(*args: str) -> list[str]:
+def manage_argv(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), *args]
+
+
+class ManageFailed(RuntimeError):
+    def __init__(self, args: tuple[str, ...], returncode: int, output: str) -> None:
+        super().__init__(
+            f"manage.py {' '.join(args)} failed with exit code {returncode}"
+            + (f":\n{output}" if output else ".")
+        )
+        self.returncode = returncode
+
+
+def manage(env: dict[str, str], *args: str, stdin: str | None = None, capture: bool = True) -> str:
+    """Run a management command to the end in a process of its own and return its stdout.
+
+    `capture=False` lets its output through to the terminal (and returns ""): for the long
+    steps of `make run`, whose progress a person watches. A failure raises `ManageFailed`
+    with what the command printed, so that the caller's message says why.
+    """
+    done = subprocess.run(
+        manage_argv(*args),
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=capture,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ManageFailed(args, done.returncode, f"{done.stdout or ''}{done.stderr or ''}")
+    return done.stdout or ""
 
 
 def _venv_tool(name: str) -> list[str]:
@@ -219,33 +230,24 @@ def sandbox_services(host: str, port: int) -> list[Service]:
     """The sandbox providers the demo tools call: card payments (keys, lookup, signed webhooks
     back to this ledger) and messaging (no keys, no lookup). The webhook secret reaches the
     payments sandbox through LEDGER_WEBHOOK_SECRETS in its environment, not its argv."""
-    sandbox = [sys.executable, "-m"]
+    webhook_url = f"http://{_bracket(host)}:{port}/api/v1/webhooks/sandbox-pay"
     return [
         Service(
             "sandbox-payments",
-            [
-                *sandbox, "reconcilers.sandbox.payments",
-                "--port", str(SANDBOX_PAYMENTS_PORT),
-                "--webhook-url", f"http://{_bracket(host)}:{port}/api/v1/webhooks/sandbox-pay",
-            ],
+            provider_argv("payments", SANDBOX_PAYMENTS_PORT, "--webhook-url", webhook_url),
         ),
-        Service(
-            "sandbox-messaging",
-            [*sandbox, "reconcilers.sandbox.messaging", "--port", str(SANDBOX_MESSAGING_PORT)],
-        ),
-    ]  # fmt: skip
+        Service("sandbox-messaging", provider_argv("messaging", SANDBOX_MESSAGING_PORT)),
+    ]
 
 
 def app_services(host: str, port: int) -> list[Service]:
     """Everything `run` keeps running, in start order (it stops them in reverse)."""
-    gunicorn = [
-        *_venv_tool("gunicorn"),
+    gunicorn = gunicorn_argv(
         "config.wsgi:application",
-        "--worker-class", "gthread",
-        "--workers", os.environ.get("GUNICORN_WORKERS", "2"),
-        "--threads", os.environ.get("GUNICORN_THREADS", "4"),
-        "--bind", f"{_bracket(host)}:{port}",
-    ]  # fmt: skip
+        f"{_bracket(host)}:{port}",
+        workers=os.environ.get("GUNICORN_WORKERS", "2"),
+        threads=os.environ.get("GUNICORN_THREADS", "4"),
+    )
     if _gunicorn_has_control_socket():
         # Its default, ~/.gunicorn/gunicorn.ctl, is shared by every gunicorn of the user.
         gunicorn += ["--control-socket", str(VAR / f"gunicorn-{port}.ctl")]
@@ -256,10 +258,34 @@ def app_services(host: str, port: int) -> list[Service]:
         # job would cost more than the job.
         Service(
             "rqworker",
-            manage("rqworker", "default", "--with-scheduler", "--worker-class", "rq.SimpleWorker"),
+            manage_argv(
+                "rqworker", "default", "--with-scheduler", "--worker-class", "rq.SimpleWorker"
+            ),
         ),
-        Service("qcluster", manage("qcluster")),
+        Service("qcluster", manage_argv("qcluster")),
     ]
+
+
+def gunicorn_argv(
+    app: str, bind: str, *, workers: int | str, threads: int | str, options: Sequence[str] = ()
+) -> list[str]:
+    """gunicorn serving `app` as `make run` does (gthread workers); the crash test and the
+    lifecycle benchmark start theirs through here too, so they measure the same server."""
+    return [
+        *_venv_tool("gunicorn"), app,
+        "--worker-class", "gthread",
+        "--workers", str(workers),
+        "--threads", str(threads),
+        "--bind", bind,
+        *options,
+    ]  # fmt: skip
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, as the kernel picks one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _gunicorn_has_control_socket() -> bool:
@@ -337,14 +363,6 @@ _EXISTING = (
 )
 
 
-def _run_manage(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    """Run a management command quietly and return its stdout (stderr still shows)."""
-    result = subprocess.run(
-        manage(*args), env=env, cwd=ROOT, check=True, text=True, input=stdin, stdout=subprocess.PIPE
-    )
-    return result.stdout
-
-
 def prepare(env: dict[str, str]) -> None:
     """Bring the database up to date and make sure there is someone to sign in as."""
     for args in (
@@ -353,22 +371,77 @@ def prepare(env: dict[str, str]) -> None:
         ("loadtools", str(ROOT / "tools.toml")),
     ):
         say(f"manage.py {' '.join(args)}")
-        subprocess.run(manage(*args), env=env, cwd=ROOT, check=True)
+        manage(env, *args, capture=False)
 
     # One Django start-up answers both questions; the last stdout line is the answer.
-    lines = _run_manage(env, "shell", "-c", _EXISTING).strip().splitlines()
+    lines = manage(env, "shell", "-c", _EXISTING).strip().splitlines()
     agent_exists, operator_exists = json.loads(lines[-1])
 
     if not agent_exists:
-        output = _run_manage(env, "createagent", DEMO_AGENT, "--label", "created by make run")
+        output = manage(env, "createagent", DEMO_AGENT, "--label", "created by make run")
         words = output.split()
         key = next((word for word in words if word.startswith("elk_")), words[-1])
         print(f"\nDemo agent key (shown once): {key}\n", flush=True)
     if not operator_exists:
         password = secrets.token_urlsafe(18)
         # createoperator reads the password from stdin when stdin is not a terminal.
-        _run_manage(env, "createoperator", DEMO_OPERATOR, "--role", "admin", stdin=password)
+        manage(env, "createoperator", DEMO_OPERATOR, "--role", "admin", stdin=password)
         print(f"\nDemo operator: {DEMO_OPERATOR} / {password} (shown once)\n", flush=True)
+
+
+# --- Databases of their own (the benchmarks, the crash test) --------------------------------
+
+
+def database_url(url: str, name: str) -> str:
+    """`url` pointing at database `name` instead (user, host, port and query kept)."""
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def database_name(url: str) -> str:
+    name = urlsplit(url).path.lstrip("/")
+    if not name:
+        raise SystemExit("DATABASE_URL names no database")
+    return name
+
+
+def drop_database(base_url: str, name: str) -> None:
+    """Drop database `name` on the server of `base_url`, closing whatever is connected to it."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(database_url(base_url, "postgres"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def recreate_database(base_url: str, name: str) -> str:
+    """Database `name`, empty, on the server of `base_url` (dropped first if it exists).
+    Returns its URL."""
+    import psycopg
+    from psycopg import sql
+
+    drop_database(base_url, name)
+    with psycopg.connect(database_url(base_url, "postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return database_url(base_url, name)
+
+
+def fresh_database(
+    env: dict[str, str],
+    name: str,
+    *,
+    tools: Path = ROOT / "tools.toml",
+    agents: Sequence[str] = (),
+) -> tuple[dict[str, str], list[str]]:
+    """Database `name` on the server of env's DATABASE_URL, created afresh, migrated, with
+    `tools` declared and `agents` created. Returns `env` pointing at it, and the agents' keys
+    (createagent prints the key last)."""
+    env = {**env, "DATABASE_URL": recreate_database(env["DATABASE_URL"], name)}
+    manage(env, "migrate", "--noinput", "--verbosity", "0")
+    manage(env, "loadtools", str(tools))
+    keys = [manage(env, "createagent", agent).strip().splitlines()[-1] for agent in agents]
+    return env, keys
 
 
 # --- Commands --------------------------------------------------------------------------------

@@ -14,109 +14,29 @@ so the fixtures are per test and no state leaks between tests.
 from __future__ import annotations
 
 import itertools
-import re
-import select
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-READY = re.compile(r"sandbox \w+ listening on (http://\S+:(\d+))")
-START_TIMEOUT = 10.0
+from reconcilers.sandbox.launch import SandboxProcess
 
 
-class SandboxProvider:
+class SandboxProvider(SandboxProcess):
     """A running sandbox provider process and the test endpoints to inspect and steer it."""
 
     def __init__(self, name: str, store: Path, log: Path, args: tuple[str, ...] = ()) -> None:
-        self.name = name
-        self.store = store
-        self.log_path = log
-        self.args = args
-        self.port = 0  # chosen by the provider at first start, kept across restarts
-        self.url = ""
-        self.process: subprocess.Popen[str] | None = None
+        super().__init__(name, store, log, args)
         self._http: httpx.Client | None = None
 
-    # --- Life cycle --------------------------------------------------------------------------
-
-    def start(self) -> SandboxProvider:
-        argv = [
-            sys.executable,
-            "-m",
-            f"reconcilers.sandbox.{self.name}",
-            "--port",
-            str(self.port),
-            "--store",
-            str(self.store),
-            *self.args,
-        ]
-        with self.log_path.open("a") as log:
-            self.process = subprocess.Popen(
-                argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True
-            )
-        self.url, port = self._wait_until_listening()
-        self.port = int(port)
+    def start(self) -> Self:
+        super().start()
         health = self._sandbox("GET", "health")
         assert health["status"] == "ok", health
         return self
-
-    def _wait_until_listening(self) -> tuple[str, str]:
-        assert self.process is not None and self.process.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
-            if ready:
-                match = READY.search(self.process.stdout.readline())
-                if match:
-                    return match.group(1), match.group(2)
-            if self.process.poll() is not None:
-                break
-        self.kill()
-        raise RuntimeError(f"sandbox {self.name} did not start:\n{self.log()}")
-
-    def stop(self) -> None:
-        """SIGTERM and wait: the provider's clean shutdown."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._close()
-
-    def kill(self) -> None:
-        """SIGKILL: the provider dies mid-whatever, as in a crash; the store stays."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self._close()
-
-    def restart(self) -> SandboxProvider:
-        """A new process on the same port and the same store (stops the old one if alive)."""
-        self.stop()
-        return self.start()
-
-    def _close(self) -> None:
-        if self.process is not None and self.process.stdout is not None:
-            self.process.stdout.close()
-        self.process = None
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     # --- Inspection and faults ---------------------------------------------------------------
 

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -30,15 +29,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
-from psycopg import sql
 
+from config.stack import database_name, free_port, fresh_database, gunicorn_argv, manage_argv
 from reconcilers.crashtest.report import Verdict, compare
 from reconcilers.crashtest.worker import WORKER_POINTS
+from reconcilers.sandbox.launch import SandboxProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB, RQ_WORKER, SWEEPER = "web", "rqworker", "sweeper"
-
-LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 @dataclass
@@ -57,10 +55,6 @@ class Options:
     progress: TextIO = sys.stderr
 
 
-def _database_url(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
 def _redis_db(url: str, db: int) -> str:
     """`url` pointing at database `db` of the same Redis, emptied."""
     import redis
@@ -72,14 +66,6 @@ def _redis_db(url: str, db: int) -> str:
     return url
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Stack:
     """The processes of one run, each restartable."""
 
@@ -88,8 +74,14 @@ class Stack:
         self.env = env
         self.opts = opts
         self.procs: dict[str, subprocess.Popen[str]] = {}
-        self.port = _free_port()
-        self.provider_url = ""
+        self.port = free_port()
+        self.provider = SandboxProcess(
+            "payments",
+            workdir / "payments.sqlite3",
+            workdir / "payments.log",
+            ("--ignore-keys",) if opts.ignore_keys else (),
+            env,
+        )
 
     def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[str]:
         log = open(self.workdir / f"{name}.log", "a")  # noqa: SIM115 (lives with the process)
@@ -105,52 +97,16 @@ class Stack:
         self.procs[name] = proc
         return proc
 
-    def start_provider(self) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "reconcilers.sandbox.payments",
-            "--port",
-            "0",
-            "--store",
-            str(self.workdir / "payments.sqlite3"),
-        ]
-        if self.opts.ignore_keys:
-            argv.append("--ignore-keys")
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        self.procs["provider"] = proc
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        found = LISTENING.search(line)
-        if not found:
-            raise RuntimeError(f"the sandbox provider did not start: {line!r}")
-        self.provider_url = found.group(1)
+    @property
+    def provider_url(self) -> str:
+        return self.provider.url
 
     def start_web(self) -> None:
         self.spawn(
             WEB,
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "config.wsgi:application",
-                "--worker-class",
-                "gthread",
-                "--workers",
-                "2",
-                "--threads",
-                "4",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-            ],
+            gunicorn_argv(
+                "config.wsgi:application", f"127.0.0.1:{self.port}", workers=2, threads=4
+            ),
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -163,22 +119,12 @@ class Stack:
     def start_rq_worker(self) -> None:
         """The production path: wake-ups enqueued after commit, a non-forking rq worker."""
         self.spawn(
-            RQ_WORKER,
-            [
-                sys.executable,
-                "manage.py",
-                "rqworker",
-                "default",
-                "--worker-class",
-                "rq.SimpleWorker",
-            ],
+            RQ_WORKER, manage_argv("rqworker", "default", "--worker-class", "rq.SimpleWorker")
         )
 
     def start_sweeper(self) -> None:
         """What the django-q2 schedule does every minute, every half second."""
-        self.spawn(
-            SWEEPER, [sys.executable, "manage.py", "reconcile", "--sweep-only", "--interval", "0.5"]
-        )
+        self.spawn(SWEEPER, manage_argv("reconcile", "--sweep-only", "--interval", "0.5"))
 
     def restart(self, name: str) -> None:
         {WEB: self.start_web, RQ_WORKER: self.start_rq_worker, SWEEPER: self.start_sweeper}[name]()
@@ -196,33 +142,12 @@ class Stack:
     def stop_all(self) -> None:
         for name in list(self.procs):
             self.kill(name)
+        self.provider.kill()
 
 
-def _manage(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
-    return done.stdout
-
-
-def _prepare_database(base_url: str, env: dict[str, str], provider_url: str, workdir: Path) -> str:
-    """A fresh database with the charge tool pointed at this run's provider. Returns a key."""
-    name = f"{urlsplit(base_url).path.lstrip('/')}_crashtest"
-    with psycopg.connect(_database_url(base_url, "postgres"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    env["DATABASE_URL"] = _database_url(base_url, name)
-    _manage(env, "migrate", "--noinput", "-v0")
+def _prepare_database(env: dict[str, str], provider_url: str, workdir: Path) -> str:
+    """A fresh database with the charge tool pointed at this run's provider. Points `env` at
+    it and returns the agent's key."""
     tools = workdir / "tools.toml"
     tools.write_text(
         "[tools.charge_card]\n"
@@ -230,8 +155,10 @@ def _prepare_database(base_url: str, env: dict[str, str], provider_url: str, wor
         'reconciler = "sandbox_payments"\n'
         f'reconciler_config = {{ base_url = "{provider_url}", timeout = 3 }}\n'
     )
-    _manage(env, "loadtools", str(tools))
-    return _manage(env, "createagent", "crashtest").strip().splitlines()[-1]
+    name = f"{database_name(env['DATABASE_URL'])}_crashtest"
+    fresh, (key,) = fresh_database(env, name, tools=tools, agents=["crashtest"])
+    env.update(fresh)
+    return key
 
 
 def _plan(opts: Options, rng: random.Random) -> list[dict[str, Any]]:
@@ -298,8 +225,8 @@ def run(opts: Options) -> Verdict:
 
 
 def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verdict:
-    stack.start_provider()
-    key = _prepare_database(os.environ["DATABASE_URL"], stack.env, stack.provider_url, workdir)
+    stack.provider.start()
+    key = _prepare_database(stack.env, stack.provider_url, workdir)
     stack.start_web()
     stack.start_rq_worker()
     stack.start_sweeper()
