@@ -28,8 +28,9 @@ from ledger.agentkeys import agent_for_key
 from ledger.compensation import compensate
 from ledger.errors import LedgerError, NotFound, ValidationFailed
 from ledger.inputs import check_json
-from ledger.intents import Intent, record_intent
+from ledger.intents import Intent, check_agent_key, record_intent
 from ledger.interlocks import upstreams_of
+from ledger.middleware import unavailable
 from ledger.models import Agent, Effect
 from ledger.outcomes import record_outcome
 from ledger.readiness import database_ok, redis_ok
@@ -174,10 +175,7 @@ def _trigger_refusal(request: HttpRequest, exc: InternalError) -> HttpResponse:
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def _unavailable(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
-    log.warning("database unavailable: %s", exc)
-    return error_response(
-        request, 503, "unavailable", "The database is not reachable; retry shortly."
-    )
+    return unavailable(exc)
 
 
 def _agent(request: HttpRequest) -> Agent:
@@ -230,6 +228,7 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
         depends_on=payload.depends_on,
         provenance=payload.provenance.model_dump(exclude_none=True) if payload.provenance else {},
     )
+    check_agent_key(intent)
     claimed = False
     # Intent and claim are one transaction: a refused claim records nothing.
     with transaction.atomic():

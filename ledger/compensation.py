@@ -16,12 +16,21 @@ from ledger.tools import policy_for
 _ACTIVE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.CONFIRMED, Status.UNKNOWN)
 
 
-def active_dependents(effect: Effect) -> list[dict[str, str]]:
+def active_dependents(effect: Effect, *, agent: Agent | None = None) -> list[dict[str, str]]:
+    """Downstream effects that may have acted on `effect`; with `agent`, only that agent's.
+
+    `depends_on` may name any agent's effect, so an agent's own compensation is held back only
+    by its own dependents: another agent could otherwise block every refund of ours by
+    depending on it, and the refusal would tell us about effects that are not ours. Operators,
+    who see every agent, are held back by all of them (and may force).
+    """
     rows = Effect.objects.filter(
         id__in=EffectDependency.objects.filter(upstream=effect).values("downstream_id"),
         status__in=_ACTIVE,
-    ).values_list("id", "status")
-    return [{"id": str(uid), "status": status} for uid, status in rows]
+    )
+    if agent is not None:
+        rows = rows.filter(agent=agent)
+    return [{"id": str(uid), "status": status} for uid, status in rows.values_list("id", "status")]
 
 
 def compensate(
@@ -34,10 +43,17 @@ def compensate(
     compensation_key: str | None,
     actor: str,
     force: bool = False,
+    operator: bool = False,
 ) -> tuple[Effect, bool]:
     """Record the compensation of `parent`. Returns (effect, created); a repeat with the same
-    `compensation_key` returns the existing one. `force` (operators only) skips the check for
-    downstream effects that may have acted on the parent."""
+    `compensation_key` returns the existing one. `operator` says a person asked (held back by
+    every agent's dependents, not only `agent`'s); `force` (operators only) skips that check."""
+    if compensation_key is not None and ":" in compensation_key:
+        # `{parent}:comp:{key}` must stay one compensation's key, never another's decision's.
+        raise ValidationFailed(
+            "A compensation key is one segment.",
+            {"compensation_key": "must not contain ':'"},
+        )
     parent_policy = policy_for(parent.tool)
     tool_name = tool or parent_policy.compensated_by
     if not tool_name:
@@ -67,7 +83,7 @@ def compensate(
                 f"Only a confirmed effect can be compensated; this one is {parent.status}.",
                 status=parent.status,
             )
-        active = active_dependents(parent)
+        active = active_dependents(parent, agent=None if operator else agent)
         if active and not force:
             raise HasActiveDependents(
                 "Downstream effects may have acted on this one; compensating it needs review.",

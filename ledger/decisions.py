@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 
 from ledger.intents import Intent, effect_row, insert_effect
 from ledger.models import Agent, Effect, EventKind, ReviewItem
+from ledger.redaction import scrub_cards
 from ledger.states import Kind, Status
 from ledger.tools import policy_for
 from ledger.transitions import SqlExpr, record_event
@@ -113,6 +114,10 @@ def resolve_review(item: ReviewItem, *, decision_id: uuid.UUID, user: Any, summa
     caller lost a race and must roll back)."""
     return bool(
         ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True).update(
-            resolved_at=Now(), resolved_by=user, resolution=summary[:2000], decision_id=decision_id
+            resolved_at=Now(),
+            resolved_by=user,
+            # Typed by a person: a card number in it is tokenized like any stored text.
+            resolution=scrub_cards(summary)[:2000],
+            decision_id=decision_id,
         )
     )

@@ -69,3 +69,9 @@ def redaction_token(kind: str, value: str) -> str:
 def content_digest(value: Any) -> str:
     """Unkeyed SHA-256 of already-redacted content (event data)."""
     return hashlib.sha256(jsonenc.dumps(value, canonical=True).encode()).hexdigest()
+
+
+def lease_digest(token: str) -> str:
+    """Names a lease token in the event log without storing it. Unkeyed: a token is 192 random
+    bits, so its digest cannot be reversed, and it must match across key rotations."""
+    return hashlib.sha256(f"lease:{token}".encode()).hexdigest()[:32]

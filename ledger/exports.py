@@ -7,12 +7,13 @@ count. Rows come in a stable order, (created_at, id).
 
 CSV: JSON columns are JSON text. Cells of the text columns whose values come from agents or
 people (agent, run_id, step_id, tool, target, provider_ref; an event's or a decision's actor
-and reason) that start with `=`, `+`, `-`, `@`, a tab or a carriage return get one leading
-apostrophe, so that a spreadsheet shows them as text instead of running them as a formula
-(OWASP's advice). A cell that starts with an apostrophe gets one too, which makes the rule
-reversible: drop one leading apostrophe from any such cell to get the stored value back. Ids,
-numbers, timestamps, statuses, digests and keys are never touched: none of them can start with
-those characters. JSON Lines is exact and has no such prefix.
+and reason) that start with `=`, `+`, `-`, `@` (or their full-width or small forms, also after
+leading white space), a tab, a carriage return or a line feed get one leading apostrophe, so
+that a spreadsheet shows them as text instead of running them as a formula (OWASP's advice).
+A cell that starts with an apostrophe gets one too, which makes the rule reversible: drop one
+leading apostrophe from any such cell to get the stored value back. Ids, numbers, timestamps,
+statuses, digests and keys are never touched: none of them can start with those characters.
+JSON Lines is exact and has no such prefix.
 
 Every export is recorded (`AuditExport`) when it starts; its row count and `finished_at` are
 written when the last byte has been handed on. A download the client abandoned keeps
@@ -35,6 +36,7 @@ from django.db.models.functions import Now
 from django.http import QueryDict
 
 from ledger.models import AuditExport, Effect, EffectEvent
+from ledger.redaction import scrub_cards
 from ledger.states import Kind, Status
 
 DATASETS = ("effects", "events", "decisions")
@@ -76,8 +78,14 @@ class _FormulaGuard(Func):
     """One leading apostrophe on a text that a spreadsheet would take for a formula, and on a
     text that already starts with one (so the rule can be undone)."""
 
+    # A trigger (ASCII, or the full-width and small forms spreadsheets also honour) as the first
+    # character after any white space; or a tab, carriage return, line feed or apostrophe as
+    # the very first one. PostgreSQL's regular expressions read the \u escapes themselves.
+    _blank = r"[:space:]\u00a0\u2007\u202f\u3000"
+    _trigger = r"-=+@\uff1d\uff0b\uff0d\uff20\ufe66\ufe62\ufe63"
     template = (
-        "CASE WHEN left(%(expressions)s, 1) IN ('=', '+', '-', '@', E'\\t', E'\\r', '''') "
+        f"CASE WHEN %(expressions)s ~ '^[{_blank}]*[{_trigger}]' "
+        "OR left(%(expressions)s, 1) IN (E'\\t', E'\\r', E'\\n', '''') "
         "THEN '''' || %(expressions)s ELSE %(expressions)s END"
     )
     output_field = TextField()
@@ -228,9 +236,12 @@ class ExportFilter(django_filters.FilterSet):
         return queryset.filter(**{_THROUGH[self.dataset] + _EFFECT_PATHS[name]: value})
 
     def applied(self) -> dict[str, str]:
-        """The filter's values that narrow the export, as text (for the export's record)."""
+        """The filter's values that narrow the export, as text (for the export's record). A
+        card number someone typed into a filter is tokenized like any other stored text."""
         return {
-            name: value.isoformat() if isinstance(value, datetime.datetime) else str(value)
+            name: value.isoformat()
+            if isinstance(value, datetime.datetime)
+            else scrub_cards(str(value))
             for name, value in self.form.cleaned_data.items()
             if value not in (None, "")
         }

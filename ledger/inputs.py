@@ -10,6 +10,9 @@ from ledger.errors import ValidationFailed
 MAX_DEPTH = 32
 # Exponents beyond this are refused: canonicalising 1e999999 would build a million-digit string.
 MAX_EXPONENT = 100
+# Digits beyond this are refused: no amount needs them, and PostgreSQL's numeric (inside jsonb)
+# overflows at 16,384 digits after the point.
+MAX_DIGITS = 100
 
 
 def _problem_with_string(text: str) -> str | None:
@@ -36,6 +39,11 @@ def check_json(value: Any, path: str = "", depth: int = 0) -> None:
         if not value.is_finite() or abs(value.adjusted()) > MAX_EXPONENT:
             raise ValidationFailed(
                 "A number is out of range.", {path or "body": "number out of range"}
+            )
+        if len(value.as_tuple().digits) > MAX_DIGITS:
+            raise ValidationFailed(
+                "A number has too many digits.",
+                {path or "body": f"more than {MAX_DIGITS} digits"},
             )
     elif isinstance(value, dict):
         for key, item in value.items():

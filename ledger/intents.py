@@ -39,6 +39,27 @@ class Intent:
         return self.effect_key or f"{self.run_id}:{self.step_id}"
 
 
+# The ledger composes keys for the effects it records itself: `{key}:comp:{n}` for a
+# compensation, `{key}:decision:{n}` for a decision. An agent that took such a key first would
+# block them (a decision whose key is taken is refused as "changed since you opened it").
+RESERVED_SEGMENTS = (":comp:", ":decision:")
+
+
+def check_agent_key(intent: Intent) -> None:
+    """Refuse an agent's intent whose key, given or composed from `run_id:step_id`, lies in the
+    ledger's own namespace."""
+    for segment in RESERVED_SEGMENTS:
+        if segment in intent.key:
+            field = "effect_key" if intent.effect_key else "step_id"
+            raise ValidationFailed(
+                "This key is reserved for effects the ledger records itself.",
+                {
+                    field: f"the effect key {'' if intent.effect_key else '(run_id:step_id) '}"
+                    f"must not contain {segment!r}"
+                },
+            )
+
+
 def find_repeat(agent: Agent, intent: Intent) -> Effect | None:
     """The effect already recorded under this key, if the request is the same; a different
     request under the same key is a conflict."""

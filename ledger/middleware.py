@@ -16,8 +16,21 @@ API_PREFIX = "/api/"
 _CODES = {404: "not_found", 405: "method_not_allowed", 400: "malformed_json"}
 
 
+# How long a client should wait before repeating a request the database could not serve.
+RETRY_AFTER_SECONDS = 1
+
+
 def _error(status: int, code: str, detail: str) -> JsonResponse:
     return JsonResponse({"error": code, "detail": detail}, status=status)
+
+
+def unavailable(exc: Exception) -> JsonResponse:
+    """The 503 for a database that cannot be reached. Nothing was committed, so the client may
+    repeat the same request (the ledger's repeats make that safe) after `Retry-After`."""
+    log.warning("database unavailable: %s", exc)
+    response = _error(503, "unavailable", "The database is not reachable; retry shortly.")
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 class ApiBoundaryMiddleware:
@@ -52,8 +65,7 @@ class ApiBoundaryMiddleware:
         try:
             response = self.get_response(request)
         except (OperationalError, InterfaceError) as exc:
-            log.warning("database unavailable: %s", exc)
-            return _error(503, "unavailable", "The database is not reachable; retry shortly.")
+            return unavailable(exc)
         if response.status_code in _CODES and not response.get("Content-Type", "").startswith(
             "application/json"
         ):
@@ -64,7 +76,7 @@ class ApiBoundaryMiddleware:
         if not request.path.startswith(API_PREFIX):
             return None
         if isinstance(exception, (OperationalError, InterfaceError)):
-            return _error(503, "unavailable", "The database is not reachable; retry shortly.")
+            return unavailable(exception)
         log.exception("unhandled error in %s %s", request.method, request.path)
         return _error(500, "internal_error", "An unexpected error occurred; it has been logged.")
 

@@ -59,6 +59,9 @@ class Tool(models.Model):
     compensated_by = models.CharField(max_length=100, blank=True)
     reconciler = models.CharField(max_length=100, blank=True)
     reconciler_config = models.JSONField(default=dict, blank=True)
+    # The provider (a name in LEDGER_WEBHOOK_SECRETS) whose signed callbacks may settle this
+    # tool's effects; blank: no callback can.
+    webhook_provider = models.CharField(max_length=100, blank=True)
     max_attempts = models.PositiveSmallIntegerField(default=3)
     escalate_after = models.DurationField()
     backoffice_window = models.DurationField()

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from ledger import digests
 from ledger.errors import StaleLease
-from ledger.models import Effect, EventKind, Reason
+from ledger.models import Effect, EffectEvent, EventKind, Reason
 from ledger.reviewqueue import open_review
 from ledger.states import OUTCOME_TARGETS, Status
 from ledger.tools import Policy
@@ -100,6 +100,8 @@ def record_outcome(
             return moved, False
         except Superseded:
             effect = Effect.objects.get(pk=effect.pk)
+    if not _was_issued(effect, token):
+        raise StaleLease("This lease token was never issued for this effect.", status=effect.status)
     _keep_late_outcome(
         effect, status=status, provider_ref=provider_ref, changes=changes, actor=actor
     )
@@ -112,6 +114,17 @@ def record_outcome(
 def _evidence(changes: dict[str, Any], status: str) -> dict[str, Any]:
     shown = {k: v for k, v in changes.items() if k in ("provider_ref", "response", "error")}
     return {"outcome": status, **shown}
+
+
+def _was_issued(effect: Effect, token: str) -> bool:
+    """Did a claim of this effect ever hand out `token`? A report under any other token is
+    not evidence of anything, and is not kept."""
+    return EffectEvent.objects.filter(
+        effect=effect,
+        kind=EventKind.TRANSITION,
+        to_status=Status.DISPATCHING,
+        data__lease=digests.lease_digest(token),
+    ).exists()
 
 
 def _keep_late_outcome(

@@ -22,10 +22,12 @@ _SECRET_NAME = re.compile(
     r"(password|passwd|passphrase|secret|token|apikey|accesskey|privatekey|authorization"
     r"|cvv|cvc|cvn|securitycode|cardnumber)$|^(cvv2|cvc2|csc|pin|pan)$"
 )
-# A run of digits that may be grouped by single spaces or hyphens ("4111 1111 1111 1111"),
-# standing on its own: a run glued to letters is part of an identifier (a provider's
+# A run of digits that may be grouped by what people type between groups ("4111 1111 1111 1111",
+# "4111-1111-…", dots, slashes, underscores, tabs, no-break spaces, or two of them), standing
+# on its own: a run glued to letters is part of an identifier (a provider's
 # "ch_3f41111111111111111a9"), not a card number someone wrote down.
-_DIGIT_RUN = re.compile(r"(?<![^\W_])\d+(?:[ -]\d+)*(?![^\W_])")
+_GROUP_SEPARATOR = r"[ \t\u00a0\u2007\u202f._/-]{1,2}"
+_DIGIT_RUN = re.compile(rf"(?<![^\W_])\d+(?:{_GROUP_SEPARATOR}\d+)*(?![^\W_])")
 
 
 def luhn_valid(digits: str) -> bool:

@@ -14,7 +14,17 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictB
 from ledger.redaction import scrub_cards
 from ledger.states import Kind, Status
 
-Id = Annotated[str, Field(min_length=1, max_length=200)]
+
+def _no_card(value: str) -> str:
+    """Identifiers are stored, shown and matched as given, so one holding a card number is
+    refused rather than tokenized (a tokenized key would no longer be the caller's key)."""
+    if scrub_cards(value) != value:
+        raise ValueError("must not contain a card number")
+    return value
+
+
+Id = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_card)]
+ToolName = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_no_card)]
 # Worker labels chosen by agents are stored and shown; a card number in one is tokenized, the
 # same way every time, so filtering by the label still matches.
 Label = Annotated[str, Field(max_length=200), AfterValidator(scrub_cards)]
@@ -54,10 +64,12 @@ class ProvenanceIn(Input):
 class IntentIn(Input):
     run_id: Id
     step_id: Id
-    tool: Annotated[str, Field(min_length=1, max_length=100)]
+    tool: ToolName
     target: Annotated[str, Field(min_length=1, max_length=500)]
     request: JsonObject
-    effect_key: Annotated[str, Field(min_length=1, max_length=400)] | None = None
+    effect_key: (
+        Annotated[str, Field(min_length=1, max_length=400), AfterValidator(_no_card)] | None
+    ) = None
     depends_on: Annotated[list[uuid.UUID], Field(max_length=100)] = []
     provenance: ProvenanceIn | None = None
     claim: StrictBool = False
@@ -90,10 +102,12 @@ class CancelIn(Input):
 
 
 class CompensateIn(Input):
-    tool: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    tool: ToolName | None = None
     request: JsonObject = {}
     reason: Reason = ""
-    compensation_key: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    compensation_key: (
+        Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_no_card)] | None
+    ) = None
 
 
 class RecoveryIn(Input):

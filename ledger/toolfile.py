@@ -31,7 +31,7 @@ _DURATIONS = (
     "backoffice_window",
     "retention",
 )
-_TEXT = ("description", "compensated_by", "reconciler")
+_TEXT = ("description", "compensated_by", "reconciler", "webhook_provider")
 _LISTS = ("card_scan_allow", "redact_paths")
 _KNOWN = {"preset", "max_attempts", "reconciler_config", *_FLAGS, *_DURATIONS, *_TEXT, *_LISTS}
 # A provider that honours keys but did not say for how long is assumed to keep them a day.

@@ -245,6 +245,7 @@ def claim(
 def _claim(
     effect: Effect, owner: str, claim_id: str | None, lease_seconds: int, actor: str
 ) -> Effect | None:
+    token = secrets.token_urlsafe(24)
     try:
         return transition(
             effect,
@@ -254,13 +255,19 @@ def _claim(
             changes={
                 "attempt": SqlExpr("attempt + 1"),
                 "lease_owner": owner,
-                "lease_token": secrets.token_urlsafe(24),
+                "lease_token": token,
                 "claim_id": claim_id,
                 "lease_seconds": lease_seconds,
                 "lease_expires_at": seconds_from_now(lease_seconds),
             },
             where=[("attempt < max_attempts", [])],
-            data={"owner": owner, "claim_id": claim_id, "lease_seconds": lease_seconds},
+            data={
+                "owner": owner,
+                "claim_id": claim_id,
+                "lease_seconds": lease_seconds,
+                # Which token this claim issued: a late outcome is kept only from one of these.
+                "lease": digests.lease_digest(token),
+            },
         )
     except Superseded:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 from typing import Any
 
@@ -17,12 +18,13 @@ from django.db import IntegrityError, transaction
 
 from ledger.errors import InvalidTransition, LedgerError, NotFound
 from ledger.matching import differences
-from ledger.models import Effect, Reason, WebhookDelivery
+from ledger.models import Effect, Reason, Tool, WebhookDelivery
 from ledger.reviewqueue import open_review
 from ledger.states import Status
 from ledger.tools import policy_for
 from ledger.transitions import Superseded, transition
 
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _RESOLVABLE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.UNKNOWN)
 
 
@@ -41,11 +43,11 @@ def verify(provider: str, header: str, body: bytes) -> str:
     if secret is None:
         raise NotFound(f"No webhook is configured for provider {provider!r}.")
     parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
-    try:
-        timestamp = int(parts["t"])
-        given = parts["v1"]
-    except (KeyError, ValueError):
-        raise BadSignature("Missing or malformed X-Ledger-Signature header.") from None
+    # Unix seconds in ASCII digits; a longer number cannot be a time within the window (and
+    # one of hundreds of digits would overflow the float comparison below).
+    if not _TIMESTAMP.fullmatch(parts.get("t", "")) or "v1" not in parts:
+        raise BadSignature("Missing or malformed X-Ledger-Signature header.")
+    timestamp, given = int(parts["t"]), parts["v1"]
     if abs(time.time() - timestamp) > settings.LEDGER_WEBHOOK_TOLERANCE:
         raise BadSignature("The signature's timestamp is outside the accepted window.")
     expected = sign(secret, timestamp, body).split("v1=", 1)[1]
@@ -61,21 +63,27 @@ def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
             WebhookDelivery.objects.create(provider=provider, signature=signature)
     except IntegrityError:
         raise BadSignature("This signature was already used (replayed delivery).") from None
-    effect = Effect.objects.filter(idempotency_key=payload["idempotency_key"]).first()
+    # Only effects of a tool that names this provider: one provider's signature must not
+    # settle another provider's effects. Anything else is "not found", so that nothing leaks.
+    effect = (
+        Effect.objects.filter(idempotency_key=payload["idempotency_key"])
+        .filter(tool__in=Tool.objects.filter(webhook_provider=provider).values("name"))
+        .first()
+    )
     if effect is None:
-        raise NotFound("No effect has this idempotency key.")
+        raise NotFound("No effect of this provider has this idempotency key.")
     to = Status(payload["status"])
-    ref = payload.get("provider_ref") or ""
+    redact = policy_for(effect.tool).redactor
+    ref = redact.text(payload.get("provider_ref") or "")
     if effect.status == to and (not ref or ref == effect.provider_ref):
         return effect
     if effect.status not in _RESOLVABLE:
         raise InvalidTransition(f"The effect is already {effect.status}.", status=effect.status)
     if to == Status.CONFIRMED and _differs(effect, payload.get("response")):
         return _hold_for_review(effect, provider, ref)
-    redact = policy_for(effect.tool).redactor
     changes: dict[str, Any] = {}
     if ref:
-        changes["provider_ref"] = redact.text(ref)
+        changes["provider_ref"] = ref
     if payload.get("response") is not None:
         changes["response"] = redact(payload["response"])
     try:
@@ -97,6 +105,7 @@ def _differs(effect: Effect, record: Any) -> list[str]:
 
 
 def _hold_for_review(effect: Effect, provider: str, ref: str) -> Effect:
+    """`ref` is redacted already: it goes into the append-only event log."""
     with transaction.atomic():
         if effect.status != Status.UNKNOWN:
             try:

@@ -244,6 +244,7 @@ def _carry_out(
         compensation_key=f"decision-{decision_id}",
         actor=actor,
         force=ask.force,
+        operator=True,
     )
     if not can_execute(compensation.tool):
         open_review(compensation.id, Reason.MANUAL_EXECUTION)
