@@ -276,28 +276,25 @@ def test_a_webhook_settles_only_effects_of_a_tool_that_names_its_provider(alice,
 # --- Spreadsheets ----------------------------------------------------------------------------
 
 
+def guarded(make_effect, text: str) -> str:
+    """`text` as the CSV export writes a text cell."""
+    effect = make_effect("planned", run_id=text)
+    return (
+        Effect.objects.filter(pk=effect.pk)
+        .annotate(cell=_FormulaGuard(F("run_id")))
+        .values_list("cell", flat=True)
+        .get()
+    )
+
+
 @pytest.mark.parametrize(
     "text",
     ["＝1+1", "＋1", "－1", "＠SUM(A1)", " =1+1", "\n=1+1", "  +cmd", "\u00a0@x", "﹦1"],
 )
 def test_every_formula_trigger_gets_the_apostrophe(make_effect, text):
-    effect = make_effect("planned", run_id=text)
-    guarded = (
-        Effect.objects.filter(pk=effect.pk)
-        .annotate(cell=_FormulaGuard(F("run_id")))
-        .values_list("cell", flat=True)
-        .get()
-    )
-    assert guarded == "'" + text
+    assert guarded(make_effect, text) == "'" + text
 
 
 @pytest.mark.parametrize("text", ["plain", "a=b", "12-3", "acct_42", "ünïcode"])
 def test_ordinary_text_is_left_alone(make_effect, text):
-    effect = make_effect("planned", run_id=text)
-    guarded = (
-        Effect.objects.filter(pk=effect.pk)
-        .annotate(cell=_FormulaGuard(F("run_id")))
-        .values_list("cell", flat=True)
-        .get()
-    )
-    assert guarded == text
+    assert guarded(make_effect, text) == text
