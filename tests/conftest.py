@@ -7,7 +7,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import django_rq
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
@@ -21,6 +23,8 @@ from ledger.roles import AUDITOR, OPERATOR, grant
 from ledger.toolfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
+# A Redis database of its own, so that tests neither drain nor flush anyone else's jobs.
+TEST_REDIS_DB = 13
 # Sandbox providers as real subprocesses: payments_provider, messaging_provider, start_sandbox.
 pytest_plugins = ["tests.sandbox"]
 
@@ -92,6 +96,15 @@ def tools(db) -> dict[str, Tool]:
     return {t.name: t for t in Tool.objects.all()}
 
 
+@pytest.fixture
+def provider(payments_provider, tools):
+    """The payments sandbox, with charge_card's lookups pointed at it."""
+    tool = tools["charge_card"]
+    tool.reconciler_config = {"base_url": payments_provider.url}
+    tool.save()
+    return payments_provider
+
+
 def _persona(name: str) -> AgentClient:
     agent = Agent.objects.create(name=name)
     return AgentClient(agent, issue_key(agent))
@@ -148,6 +161,19 @@ def make_effect(alice) -> Callable[..., Effect]:
         return Effect.objects.create(**values)
 
     return make
+
+
+@pytest.fixture
+def rq_queue(settings):
+    """The default rq queue, on a Redis database of its own, empty before and after."""
+    configured = settings.RQ_QUEUES["default"]
+    url = urlsplit(configured["URL"])._replace(path=f"/{TEST_REDIS_DB}")
+    settings.RQ_QUEUES = {"default": {**configured, "URL": urlunsplit(url)}}
+    queue = django_rq.get_queue("default")
+    queue.empty()
+    yield queue
+    queue.empty()
+    queue.connection.close()
 
 
 def assert_error(response, status: int, code: str) -> dict[str, Any]:

@@ -9,8 +9,7 @@ import pytest
 from django.test import Client
 
 from ledger import seal
-from tests.test_pages import signed_in
-from tests.test_seal import add_event, tampering
+from tests.factories import add_event, signed_in, tampering
 
 URL = "/audit/chain/"
 

@@ -4,12 +4,13 @@ and the sandbox payments provider as a subprocess."""
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
+from django.db import connection
 from ledger_client import (
     AttemptsExhausted,
     Blocked,
@@ -26,10 +27,10 @@ from ledger.agentkeys import issue_key
 from ledger.models import Agent, Tool
 from ledger.models import Effect as EffectRow
 from tests.conftest import expire_lease
+from tests.factories import CHARGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CHARGE = {"amount": "10.00", "currency": "EUR", "account": "acct_42"}
 MakeLedger = Callable[..., Ledger]
 
 
@@ -71,6 +72,55 @@ def charge(
 
 def status_of(effect_id: str) -> str:
     return EffectRow.objects.get(id=effect_id).status
+
+
+@dataclass(eq=False)
+class Timer:
+    seconds: float
+    due: float
+    action: Callable[[], bool]
+
+
+class ManualClock:
+    """A `ledger_client.Clock` whose time moves only in `advance`, which runs every heartbeat
+    falling due in the test's own thread: when it returns, each beat has had its answer."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[Timer] = []
+
+    def every(self, seconds: float, action: Callable[[], bool], name: str) -> Callable[[], None]:
+        timer = Timer(seconds, self.now + seconds, action)
+        self.timers.append(timer)
+
+        def stop() -> None:
+            if timer in self.timers:
+                self.timers.remove(timer)
+
+        return stop
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for timer in list(self.timers):
+            while timer in self.timers and timer.due <= self.now:
+                timer.due += timer.seconds
+                if not timer.action():
+                    self.timers.remove(timer)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+def lease_runs_down(effect_id: str, seconds: float) -> None:
+    """`seconds` pass for the lease by the database clock: its expiry comes that much closer."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE ledger_effect "
+            "SET lease_expires_at = lease_expires_at - make_interval(secs => %s) WHERE id = %s",
+            [seconds, effect_id],
+        )
 
 
 def test_it_confirms_a_charge_made_with_the_effects_idempotency_key(ledger, payments_provider):
@@ -246,24 +296,26 @@ def test_an_outcome_after_the_lease_expired_raises_lease_lost(ledger):
     assert status_of(e.id) == "dispatching"
 
 
-def test_a_refused_heartbeat_marks_the_lease_lost(make_ledger):
-    ledger = make_ledger(lease_seconds=3)
+def test_a_refused_heartbeat_marks_the_lease_lost(make_ledger, clock):
+    ledger = make_ledger(lease_seconds=30, clock=clock)  # a beat every 10 seconds
     with (
         pytest.raises(LeaseLost, match="heartbeat was refused"),
         ledger.effect("run-1", "pay", "charge_card", "acct_42", CHARGE) as e,
     ):
         expire_lease(e.id)
-        deadline = time.monotonic() + 5
-        while not e.lease_lost and time.monotonic() < deadline:
-            time.sleep(0.05)
+        clock.advance(9)
+        assert not e.lease_lost
+        clock.advance(1)
         assert e.lease_lost
         e.confirm("ch_1")
 
 
-def test_heartbeats_keep_a_lease_alive_past_its_original_expiry(make_ledger):
-    ledger = make_ledger(lease_seconds=2)
+def test_heartbeats_keep_a_lease_alive_past_its_original_expiry(make_ledger, clock):
+    ledger = make_ledger(lease_seconds=30, clock=clock)  # a beat every 10 seconds
     with ledger.effect("run-1", "pay", "charge_card", "acct_42", CHARGE) as e:
-        time.sleep(3)
+        for _ in range(4):  # 40 seconds: the 30-second lease would have run out
+            lease_runs_down(e.id, 10)
+            clock.advance(10)
         assert not e.lease_lost
         e.confirm("ch_1")
     assert status_of(e.id) == "confirmed"
@@ -284,7 +336,7 @@ def test_recovery_at_start_up_returns_the_plan(ledger):
     actions = {item.effect["id"]: item.action for item in plan}
     assert actions == {e.id: "retry_safe", crashed.id: "reconcile"}
     assert [item.effect["step_id"] for item in plan.retry_safe] == ["retry"]
-    assert plan.counts_by_status
+    assert plan.counts_by_status == {"planned": 1, "dispatching": 1, "confirmed": 1}
 
 
 def test_an_unreachable_ledger_is_reported_after_the_retries(tools):

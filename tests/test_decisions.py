@@ -15,12 +15,7 @@ from ledger.reviewqueue import open_review
 from reconcilers.execution import execute_one
 from reviews.decisions import AlreadyDecided, Ask, decide
 from tests.conftest import events_of
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+from tests.factories import signed_in
 
 
 def post_decision(client: Client, effect: Effect, action: str, **fields: Any):

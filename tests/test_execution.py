@@ -8,7 +8,6 @@ import pytest
 
 from ledger.models import Effect, ReviewItem
 from reconcilers.execution import execute_one, redrive_executions
-from tests.test_reconcile_jobs import rq_queue  # noqa: F401 - a fixture
 
 
 @pytest.fixture
@@ -80,7 +79,7 @@ def test_only_planned_compensations_are_sent(make_effect, refunds_at, payments_p
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_sweep_re_drives_refunds_whose_wake_up_was_lost(refund, rq_queue):  # noqa: F811
+def test_the_sweep_re_drives_refunds_whose_wake_up_was_lost(refund, rq_queue):
     assert Effect.objects.get(pk=refund.pk).status == "planned"
     assert redrive_executions() == 1
     jobs = rq_queue.get_jobs()

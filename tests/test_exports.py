@@ -18,16 +18,11 @@ from django.test.utils import CaptureQueriesContext
 from ledger.models import AuditExport, Effect, EffectEvent, EventSeal, Reason
 from ledger.reviewqueue import open_review
 from reviews.decisions import Ask, decide
+from tests.factories import signed_in
 
 DATASETS = ("effects", "events", "decisions")
 FORMATS = ("csv", "jsonl")
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def download(client: Client, dataset: str, fmt: str, **params: str):

@@ -13,12 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from ledger.models import Effect, EffectDependency, Reason, ReviewItem
 from ledger.reviewqueue import open_review
 from ledger.transitions import record_event
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+from tests.factories import signed_in
 
 
 def queries_for(client: Client, path: str, **headers: str) -> int:

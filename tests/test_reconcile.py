@@ -14,38 +14,16 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from ledger.models import Effect, EffectEvent, ReviewItem
 from ledger.recovery import database_now
 from reconcilers.reconcile import process_next, process_one, take
 from reconcilers.schedules import queue_expired_leases
 from tests.conftest import events_of, expire_lease
+from tests.factories import CHARGE, SETTLED, charge_at, checks_of, reviews_of, stored
 
 REQUEST = {"amount": "10.00", "currency": "EUR"}
-CHARGE = {"amount": "10.00", "currency": "EUR", "account": "acct_42"}
-# charge_card's settle_after in tools.toml is 2 minutes: a lease that ran out 3 minutes ago
-# is long enough ago for a provider's "not found" to prove the charge never arrived.
-SETTLED = 180
 
 
 # --- Helpers ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def provider(payments_provider, tools):
-    """The payments sandbox, with charge_card's lookups pointed at it."""
-    tool = tools["charge_card"]
-    tool.reconciler_config = {"base_url": payments_provider.url}
-    tool.save()
-    return payments_provider
-
-
-def charge_at(provider, effect: dict, **body: Any) -> httpx.Response:
-    """Charge at the provider behind the ledger's back, as the agent does after claiming."""
-    return provider.http.post(
-        "/charges",
-        json={**CHARGE, **body},
-        headers={"Idempotency-Key": effect["idempotency_key"]},
-    )
 
 
 def lease_ran_out(effect_id: str, seconds_ago: int = 1) -> None:
@@ -87,21 +65,8 @@ def due_now(effect_id: str) -> None:
         )
 
 
-def stored(effect: dict) -> Effect:
-    return Effect.objects.get(pk=effect["id"])
-
-
-def checks_of(effect: dict) -> list[EffectEvent]:
-    return [e for e in events_of(effect["id"]) if e.kind == "reconciliation"]
-
-
 def statuses_of(effect: dict) -> list[str]:
     return [e.to_status for e in events_of(effect["id"]) if e.kind == "transition"]
-
-
-def reviews_of(effect: dict) -> list[tuple[str, bool]]:
-    items = ReviewItem.objects.filter(effect_id=effect["id"]).order_by("id")
-    return [(item.reason, item.resolved_at is None) for item in items]
 
 
 STALE_VERSION = (

@@ -8,9 +8,7 @@ hooks only run on real commits, and other connections only see committed rows.
 from __future__ import annotations
 
 import threading
-from urllib.parse import urlsplit, urlunsplit
 
-import django_rq
 import pytest
 import rq
 from django.conf import settings as django_settings
@@ -22,39 +20,10 @@ from reconcilers.jobs import check_effects
 from reconcilers.reconcile import process_next
 from reconcilers.schedules import SCHEDULES, ensure_schedules, queue_expired_leases, sweep
 from tests.conftest import expire_lease
-from tests.test_reconcile import (
-    SETTLED,
-    charge_at,
-    checks_of,
-    reviews_of,
-    stored,
-)
+from tests.factories import SETTLED, charge_at, checks_of, reviews_of, stored
 
 # Redis outage, realistically: nothing listens there, and the client gives up within a second.
 REDIS_DOWN = "redis://127.0.0.1:1/0?socket_timeout=1&socket_connect_timeout=1"
-# A Redis database of its own, so that these tests neither drain nor flush anyone else's jobs.
-TEST_REDIS_DB = 13
-
-
-@pytest.fixture
-def provider(payments_provider, tools):
-    tool = tools["charge_card"]
-    tool.reconciler_config = {"base_url": payments_provider.url}
-    tool.save()
-    return payments_provider
-
-
-@pytest.fixture
-def rq_queue(settings):
-    """The default rq queue, on a Redis database of its own, empty before and after."""
-    configured = settings.RQ_QUEUES["default"]
-    url = urlsplit(configured["URL"])._replace(path=f"/{TEST_REDIS_DB}")
-    settings.RQ_QUEUES = {"default": {**configured, "URL": urlunsplit(url)}}
-    queue = django_rq.get_queue("default")
-    queue.empty()
-    yield queue
-    queue.empty()
-    queue.connection.close()
 
 
 class RedisSwitch:

@@ -18,42 +18,14 @@ from django.db import connection, connections
 
 from ledger import seal
 from ledger.models import Effect, EffectEvent, EventSeal
-from ledger.transitions import record_event
 from reconcilers.schedules import SCHEDULES, ensure_schedules
-
-
-def add_event(effect: Effect, reason: str = "checked", **data: object) -> int:
-    """Append an event the way the ledger does, and return its id."""
-    record_event(
-        effect.id,
-        kind="transition",
-        actor="test",
-        from_status="planned",
-        to_status="planned",
-        reason=reason,
-        data=data or {"note": reason},
-    )
-    return EffectEvent.objects.filter(effect_id=effect.id).latest("id").id
+from tests.factories import add_event, tampering
 
 
 def chain() -> list[tuple[int, int, str, str]]:
     return list(
         EventSeal.objects.order_by("seq").values_list("seq", "event_id", "prev_hash", "hash")
     )
-
-
-@contextmanager
-def tampering() -> Iterator:
-    """Switch off every trigger of this session (the append-only guards and foreign keys), as
-    someone with direct database access could."""
-    with connection.cursor() as cursor:
-        # Foreign-key checks deferred until commit would otherwise run against the tampering.
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("SET session_replication_role = replica")
-        try:
-            yield cursor
-        finally:
-            cursor.execute("SET session_replication_role = DEFAULT")
 
 
 @contextmanager

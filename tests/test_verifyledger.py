@@ -17,7 +17,7 @@ from django.db import connection
 from ledger import seal
 from ledger.models import EffectEvent
 from tests.conftest import ROOT
-from tests.test_seal import add_event, tampering
+from tests.factories import add_event, tampering
 
 
 @pytest.fixture

@@ -23,11 +23,13 @@ from ledger_client.errors import (
     OutcomeMissing,
     UsageError,
 )
+from ledger_client.heartbeat import Clock
 from ledger_client.recovery import RecoveryItem, RecoveryPlan
 
 __all__ = [
     "AttemptsExhausted",
     "Blocked",
+    "Clock",
     "Effect",
     "EffectBlock",
     "EffectClosed",

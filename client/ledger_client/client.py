@@ -35,7 +35,7 @@ from ledger_client.errors import (
     NeedsReview,
     OutcomeMissing,
 )
-from ledger_client.heartbeat import Heartbeat
+from ledger_client.heartbeat import Clock, Heartbeat
 from ledger_client.recovery import RecoveryItem, RecoveryPlan
 from ledger_client.transport import Transport
 
@@ -45,7 +45,10 @@ StepFunction = Callable[[Effect, dict[str, Any]], Any]
 
 
 class Ledger:
-    """A connection to the ledger for one worker (`owner`, a label shown in leases)."""
+    """A connection to the ledger for one worker (`owner`, a label shown in leases).
+
+    While an effect block runs, a heartbeat extends its lease every `lease_seconds / 3` on
+    `clock` (default: a background thread in real time)."""
 
     def __init__(
         self,
@@ -57,9 +60,11 @@ class Ledger:
         timeout: float = 10.0,
         retries: int = 3,
         http: httpx.Client | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.owner = owner
         self.lease_seconds = lease_seconds
+        self.clock = clock
         self.transport = Transport(base_url, api_key, timeout=timeout, retries=retries, http=http)
 
     def close(self) -> None:
@@ -184,6 +189,7 @@ class Ledger:
                 str(record["id"]),
                 record["lease_token"],
                 int(record.get("lease_seconds") or self.lease_seconds),
+                self.clock,
             )
             heartbeat.start()
             return Effect(self.transport, record, replayed=False, heartbeat=heartbeat)
