@@ -56,7 +56,7 @@ from ledger.schemas import (
 from ledger.serialize import effect_dict, effect_dicts
 from ledger.states import Status
 from ledger.tools import policy_for
-from ledger.transitions import claim, heartbeat, transition
+from ledger.transitions import claim, heartbeat, one_effect, transition
 
 log = logging.getLogger(__name__)
 
@@ -190,15 +190,13 @@ def _own_effect(request: HttpRequest, effect_id: uuid.UUID) -> Effect:
     """The caller's effect; another agent's effect is 404, so its existence does not leak."""
     # Raw: this runs on every call about one effect, and building the ORM query costs more
     # than the indexed primary-key read.
-    rows = list(
-        Effect.objects.raw(
-            f"SELECT * FROM {Effect._meta.db_table} WHERE id = %s AND agent_id = %s",
-            [effect_id, _agent(request).id],
-        )
+    effect = one_effect(
+        f"SELECT * FROM {Effect._meta.db_table} WHERE id = %s AND agent_id = %s",
+        [effect_id, _agent(request).id],
     )
-    if not rows:
+    if effect is None:
         raise NotFound("No such effect.")
-    return rows[0]
+    return effect
 
 
 def _show(request: HttpRequest, effect: Effect, *, claimer: bool = False) -> dict[str, Any]:

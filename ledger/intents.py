@@ -15,7 +15,7 @@ from ledger.models import Agent, Effect, EffectDependency, EventKind, Run
 from ledger.redaction import Redactor
 from ledger.states import Kind, Status
 from ledger.tools import Policy
-from ledger.transitions import column_values, record_event
+from ledger.transitions import column_values, one_effect, record_event
 
 _EFFECT_TABLE = Effect._meta.db_table
 _RUN_TABLE = Run._meta.db_table
@@ -63,15 +63,12 @@ def check_agent_key(intent: Intent) -> None:
 def find_repeat(agent: Agent, intent: Intent) -> Effect | None:
     """The effect already recorded under this key, if the request is the same; a different
     request under the same key is a conflict."""
-    rows = list(
-        Effect.objects.raw(
-            f"SELECT * FROM {_EFFECT_TABLE} WHERE agent_id = %s AND effect_key = %s",
-            [agent.id, intent.key],
-        )
+    existing = one_effect(
+        f"SELECT * FROM {_EFFECT_TABLE} WHERE agent_id = %s AND effect_key = %s",
+        [agent.id, intent.key],
     )
-    if not rows:
+    if existing is None:
         return None
-    existing = rows[0]
     if not digests.same_request(existing.request_hash, intent.tool, intent.target, intent.request):
         raise EffectKeyConflict(
             "An effect with this effect_key was recorded with a different request.",
@@ -101,8 +98,7 @@ def insert_effect(values: dict[str, Any]) -> Effect | None:
         f"VALUES ({', '.join(placeholders)}, now(), now()) "
         f"ON CONFLICT (agent_id, effect_key) DO NOTHING RETURNING *"
     )
-    rows = list(Effect.objects.raw(sql, params))
-    return rows[0] if rows else None
+    return one_effect(sql, params)
 
 
 def effect_row(

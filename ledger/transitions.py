@@ -55,6 +55,11 @@ def seconds_from_now(seconds: float) -> SqlExpr:
     return SqlExpr("now() + make_interval(secs => %s)", (seconds,))
 
 
+def one_effect(sql: str, params: Sequence[Any]) -> Effect | None:
+    """The effect a raw statement returns (`SELECT *` or `… RETURNING *`), or None."""
+    return next(iter(Effect.objects.raw(sql, params)), None)
+
+
 def column_values(values: Mapping[str, Any]) -> tuple[list[str], list[str], list[Any]]:
     """Effect values by field or column name as (columns, SQL placeholders, parameters): an
     `SqlExpr` goes in as SQL, anything else as a parameter prepared by its model field."""
@@ -90,8 +95,7 @@ def _update(
     sql = (
         f"UPDATE {_EFFECT_TABLE} SET {', '.join(sets)} WHERE {' AND '.join(conditions)} RETURNING *"
     )
-    rows = list(Effect.objects.raw(sql, params))
-    return rows[0] if rows else None
+    return one_effect(sql, params)
 
 
 def record_event(
@@ -281,7 +285,7 @@ def heartbeat(effect: Effect, *, token: str, lease_seconds: int) -> Effect:
         f"WHERE id = %s AND status = '{Status.DISPATCHING.value}' AND lease_token = %s "
         f"AND lease_expires_at > now() RETURNING *"
     )
-    rows = list(Effect.objects.raw(sql, [lease_seconds, lease_seconds, effect.id, token]))
-    if not rows:
+    extended = one_effect(sql, [lease_seconds, lease_seconds, effect.id, token])
+    if extended is None:
         raise StaleLease("The lease has expired or belongs to another claim.")
-    return rows[0]
+    return extended
