@@ -6,29 +6,38 @@ import hashlib
 import hmac
 import re
 import secrets
-import time
 
-from django.conf import settings
+from django.db import connection
 from django.db.models.functions import Now
-from django.db.models.signals import post_delete, post_save
 
+from ledger import configversion
 from ledger.models import Agent, ApiKey
 
 _PREFIX_LEN = 12
 _KEY_SHAPE = re.compile(r"elk_[0-9a-f]{12}_[A-Za-z0-9_-]{20,100}")
 
-# Every API call authenticates: each process remembers good keys for a few seconds. Revoking a
-# key or deactivating an agent through the ORM clears this process's memory at once; other
-# processes refuse the key within LEDGER_KEY_CACHE_SECONDS.
-_known: dict[str, tuple[float, Agent]] = {}
+# Every API call authenticates. A process trusts a key it has seen under the current
+# configuration version without a query for this long after it last read the version; after
+# that the next request reads its key and the version again, in one query. A revoked key, or
+# a deactivated agent, is therefore refused by every process within this bound plus a
+# request's duration, whichever process or statement made the change.
+RECHECK_SECONDS = 0.2
+
+_AGENT_FIELDS = ("id", "name", "is_active", "created_at")
+# One row always (the version), with the key's agent when the key is live and its agent active.
+_AUTHENTICATE = (
+    f"SELECT {configversion.VERSION_SQL}, k.digest, "
+    + ", ".join(f"a.{name}" for name in _AGENT_FIELDS)
+    + f" FROM (SELECT 1) AS one LEFT JOIN ({ApiKey._meta.db_table} k"
+    f" JOIN {Agent._meta.db_table} a ON a.id = k.agent_id AND a.is_active)"
+    " ON k.prefix = %s AND k.revoked_at IS NULL"
+)
+
+_known: configversion.VersionedCache[Agent] = configversion.VersionedCache()
 
 
 def _digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
-
-
-def forget_keys(**kwargs: object) -> None:
-    _known.clear()
 
 
 def issue_key(agent: Agent, label: str = "") -> str:
@@ -44,26 +53,21 @@ def agent_for_key(key: str) -> Agent | None:
     if not _KEY_SHAPE.fullmatch(key):
         return None
     digest = _digest(key)
-    hit = _known.get(digest)
-    if hit and hit[0] > time.monotonic():
-        return hit[1]
-    row = (
-        ApiKey.objects.select_related("agent")
-        .filter(prefix=key[4 : 4 + _PREFIX_LEN], revoked_at__isnull=True, agent__is_active=True)
-        .first()
-    )
-    if row is None or not hmac.compare_digest(row.digest, digest):
+    fresh = configversion.seen_within(RECHECK_SECONDS)
+    if fresh is not None and (agent := _known.get(digest, fresh)) is not None:
+        return agent
+    with connection.cursor() as cursor:
+        cursor.execute(_AUTHENTICATE, [key[4 : 4 + _PREFIX_LEN]])
+        version, stored, *agent_row = cursor.fetchone()
+    configversion.observe(version)
+    if stored is None or not hmac.compare_digest(stored, digest):
         return None
-    _known[digest] = (time.monotonic() + settings.LEDGER_KEY_CACHE_SECONDS, row.agent)
-    return row.agent
+    agent = Agent.from_db(connection.alias, list(_AGENT_FIELDS), agent_row)
+    _known.put(digest, version, agent)
+    return agent
 
 
 def revoke(prefix: str) -> bool:
     revoked = ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).update(revoked_at=Now())
-    forget_keys()
+    configversion.expire()  # an UPDATE sends no post_save; the trigger moved the version
     return bool(revoked)
-
-
-for _model in (ApiKey, Agent):
-    post_save.connect(forget_keys, sender=_model)
-    post_delete.connect(forget_keys, sender=_model)

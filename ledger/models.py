@@ -14,12 +14,67 @@ from ledger.states import INCOMPLETE, TRANSITIONS, Kind, Status
 _incomplete = Q(status__in=sorted(INCOMPLETE))
 
 
+class ConfigVersion(models.Model):
+    """One row: the version of what every process remembers between requests (tools, API keys,
+    agents' `is_active`). Triggers on those tables move it in the changing transaction, so
+    raw SQL and other processes move it too; a process drops what it remembered once the
+    version it reads differs from the one its copies were read under (`ledger.configversion`).
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    version = models.BigIntegerField(default=0)
+    changed_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="configversion_one_row")]
+
+    def __str__(self) -> str:
+        return f"configuration version {self.version}"
+
+
+# Each bump draws from a sequence: a version never comes back, not even after the row is
+# deleted (a test database's flush) and written again, and two statements of one transaction
+# move it twice. Readers compare for equality only, so concurrent bumps may commit in any order.
+CONFIG_VERSION_SEQUENCE = "ledger_configversion_seq"
+_BUMP_CONFIG_VERSION = (
+    f"INSERT INTO {ConfigVersion._meta.db_table} (id, version, changed_at) "
+    f"VALUES (1, nextval('{CONFIG_VERSION_SEQUENCE}'), now()) "
+    "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, changed_at = EXCLUDED.changed_at; "
+    "RETURN NULL;"
+)
+
+
+def _bumps_config_version(name: str) -> pgtrigger.Trigger:
+    """Every statement that changes the table moves the version, TRUNCATE included."""
+    return pgtrigger.Trigger(
+        name=name,
+        level=pgtrigger.Statement,
+        when=pgtrigger.After,
+        operation=pgtrigger.Insert | pgtrigger.Update | pgtrigger.Delete | pgtrigger.Truncate,
+        func=_BUMP_CONFIG_VERSION,
+    )
+
+
 class Agent(models.Model):
     """A machine client. Effects are recorded under the agent whose key made the call."""
 
     name = models.CharField(max_length=100, unique=True)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        triggers = [
+            # Deactivating an agent refuses its keys everywhere. A new agent has no key yet,
+            # and deleting one deletes its keys, which moves the version on their own table.
+            pgtrigger.Trigger(
+                name="agent_active_bumps_config",
+                level=pgtrigger.Row,
+                when=pgtrigger.After,
+                operation=pgtrigger.UpdateOf("is_active"),
+                condition=pgtrigger.AnyChange("is_active"),
+                func=_BUMP_CONFIG_VERSION,
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -35,6 +90,9 @@ class ApiKey(models.Model):
     label = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        triggers = [_bumps_config_version("apikey_bumps_config")]
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.agent})"
@@ -71,6 +129,9 @@ class Tool(models.Model):
     # Dotted paths into the request/response that are always tokenized ("customer.ssn").
     redact_paths = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        triggers = [_bumps_config_version("tool_bumps_config")]
 
     def __str__(self) -> str:
         return self.name

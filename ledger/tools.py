@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models.signals import post_delete, post_save
 
+from ledger import configversion
+from ledger.configversion import VersionedCache
 from ledger.models import Tool
 from ledger.redaction import Redactor
 
@@ -65,29 +65,21 @@ class Policy:
         )
 
 
-# Tools change rarely and every request reads one: each process keeps policies for a few
-# seconds. A change through the ORM (admin, loadtools) clears this process's copy at once;
-# other processes see it within LEDGER_TOOL_CACHE_SECONDS.
-_cache: dict[str, tuple[float, Policy]] = {}
-
-
-def forget_policies(**kwargs: object) -> None:
-    _cache.clear()
+# Tools change rarely and every request reads one: each process keeps the policies it read,
+# tagged with the configuration version, until the version moves (`ledger.configversion`).
+_cache: VersionedCache[Policy] = VersionedCache()
 
 
 def policy_for(name: str) -> Policy:
-    hit = _cache.get(name)
-    if hit and hit[0] > time.monotonic():
-        return hit[1]
+    # Read before the tool: a change committed in between moves the version off this one.
+    version = configversion.current()
+    if (policy := _cache.get(name, version)) is not None:
+        return policy
     tool = Tool.objects.filter(name=name).first()
     policy = Policy.from_tool(tool) if tool else Policy.unsafe(name)
-    _cache[name] = (time.monotonic() + settings.LEDGER_TOOL_CACHE_SECONDS, policy)
+    _cache.put(name, version, policy)
     return policy
 
 
 def policies_for(names: set[str]) -> dict[str, Policy]:
     return {name: policy_for(name) for name in names}
-
-
-post_save.connect(forget_policies, sender=Tool)
-post_delete.connect(forget_policies, sender=Tool)
