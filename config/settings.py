@@ -53,6 +53,9 @@ INSTALLED_APPS = [
     "django_filters",
     "axes",
     "csp",
+    # Only so that ninja renders the API docs from templates/ninja/swagger.html (its local
+    # Swagger UI) instead of its page that loads Swagger UI from a CDN.
+    "ninja",
     "ledger",
     "reconcilers",
     "reviews",
@@ -66,6 +69,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "reviews.middleware.no_store_when_signed_in",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -146,7 +150,14 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = 1  # hours
-AXES_RESET_ON_SUCCESS = True
+# Either limit locks: failures against one account from any number of addresses, or failures
+# from one address against any accounts (a flat list means "or"; a nested list would mean "and").
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Off: a success resets every attempt matching *any* lockout parameter, so with "ip_address" in
+# the list an insider signing in to their own account from their desk would wipe the count for
+# that address, including their guesses at a colleague's account. Failures expire with the
+# cool-off instead.
+AXES_RESET_ON_SUCCESS = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -169,6 +180,8 @@ SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# Every page runs under this policy, the API docs too: their Swagger UI is a local copy started
+# from a file (templates/ninja/swagger.html), so no page needs an exception.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
@@ -179,8 +192,6 @@ CONTENT_SECURITY_POLICY = {
         "form-action": ["'self'"],
     }
 }
-# The API docs page loads Swagger UI from the package's own static files.
-CONTENT_SECURITY_POLICY_EXCLUDE_URL_PREFIXES = ("/api/v1/docs",)
 
 # --- The ledger -------------------------------------------------------------------------------
 
@@ -195,8 +206,6 @@ LEDGER_DEFAULT_MAX_ATTEMPTS = env_int("LEDGER_DEFAULT_MAX_ATTEMPTS", 3, minimum=
 LEDGER_ESCALATE_AFTER = env_duration("LEDGER_ESCALATE_AFTER", "24h")
 LEDGER_BACKOFFICE_WINDOW = env_duration("LEDGER_BACKOFFICE_WINDOW", "7d")
 LEDGER_RETENTION = env_duration("LEDGER_RETENTION", "30d")
-LEDGER_TOOL_CACHE_SECONDS = env_int("LEDGER_TOOL_CACHE_SECONDS", 5, minimum=0)
-LEDGER_KEY_CACHE_SECONDS = env_int("LEDGER_KEY_CACHE_SECONDS", 5, minimum=0)
 LEDGER_RECOVERY_LIMIT = env_int("LEDGER_RECOVERY_LIMIT", 1000, minimum=1)
 # Reconciliation: how long a checker holds an effect, how long "not found" must wait after the
 # last dispatch to count as proof (tools may set their own settle_after), the backoff between

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from ledger.agentkeys import revoke
 from ledger.models import (
     Agent,
     ApiKey,
@@ -31,7 +33,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class ApiKeyInline(admin.TabularInline):
     model = ApiKey
     fields = ("prefix", "label", "created_at", "revoked_at")
-    readonly_fields = ("prefix", "created_at")
+    # Revocation is one-way: a cleared revoked_at would bring a leaked key back to life.
+    readonly_fields = ("prefix", "created_at", "revoked_at")
     extra = 0
     can_delete = False
 
@@ -52,11 +55,20 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ("prefix", "agent", "label", "created_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("prefix", "agent__name", "label")
-    readonly_fields = ("agent", "prefix", "digest", "created_at")
+    # Revocation is one-way (the action below): a cleared revoked_at would bring a leaked key
+    # back to life.
+    readonly_fields = ("agent", "prefix", "digest", "created_at", "revoked_at")
     list_select_related = ("agent",)
+    actions = ["revoke_keys"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        # Through agentkeys.revoke, which also makes this process forget the key at once.
+        revoked = sum(revoke(prefix) for prefix in queryset.values_list("prefix", flat=True))
+        self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
 
 
 @admin.register(Tool)
@@ -120,8 +132,27 @@ class RunAdmin(ReadOnlyAdmin):
 
 @admin.register(ReviewItem)
 class ReviewItemAdmin(admin.ModelAdmin):
+    """Only the assignee can be changed here. An item is opened by `ledger.reviewqueue` and
+    closed by a decision (`reviews.decisions`), which records a decision effect and moves the
+    target in the same transaction; closing or deleting it here would leave no trace."""
+
     list_display = ("effect", "reason", "opened_at", "due_at", "assignee", "resolved_at")
     list_filter = ("reason", ("resolved_at", admin.EmptyFieldListFilter))
     search_fields = ("=effect__id", "effect__effect_key")
-    readonly_fields = ("effect", "reason", "opened_at")
+    readonly_fields = (
+        "effect",
+        "reason",
+        "opened_at",
+        "due_at",
+        "resolved_at",
+        "resolved_by",
+        "resolution",
+        "decision",
+    )
     list_select_related = ("effect", "assignee")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

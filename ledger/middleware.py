@@ -7,13 +7,19 @@ import logging
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
-_CODES = {404: "not_found", 405: "method_not_allowed", 400: "malformed_json"}
+_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    400: "malformed_json",
+    403: "forbidden",
+}
 
 
 # How long a client should wait before repeating a request the database could not serve.
@@ -77,6 +83,9 @@ class ApiBoundaryMiddleware:
             return None
         if isinstance(exception, (OperationalError, InterfaceError)):
             return unavailable(exception)
+        if isinstance(exception, (Http404, PermissionDenied, SuspiciousOperation)):
+            # Django answers these itself (404, 403, 400); `__call__` then gives them JSON.
+            return None
         log.exception("unhandled error in %s %s", request.method, request.path)
         return _error(500, "internal_error", "An unexpected error occurred; it has been logged.")
 

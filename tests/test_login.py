@@ -58,3 +58,40 @@ def test_htmx_requests_carry_the_csrf_token_from_the_body(olga):
     client.force_login(olga)
     html = client.get("/queue/").content.decode()
     assert re.search(r"<body hx-headers='\{\"X-CSRFToken\": \"[A-Za-z0-9]+\"\}'>", html)
+
+
+def _sign_in(client: Client, username: str, password: str, address: str):
+    # axes reads the client's address from REMOTE_ADDR (no proxy headers are trusted).
+    return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+def test_failures_spread_over_many_addresses_still_lock_the_account(olga):
+    for n in range(settings.AXES_FAILURE_LIMIT):
+        _sign_in(Client(), "olga", "guess", f"203.0.113.{n + 1}")
+    locked = _sign_in(Client(), "olga", PASSWORD, "198.51.100.6")
+    assert locked.status_code == 429
+
+
+def test_failures_against_many_accounts_from_one_address_lock_the_address(olga, otto, audrey):
+    for n in range(settings.AXES_FAILURE_LIMIT):
+        _sign_in(Client(), f"nobody-{n}", "guess", "203.0.113.9")
+    assert _sign_in(Client(), "olga", PASSWORD, "203.0.113.9").status_code == 429
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.1").status_code == 302
+
+
+def _insider_guesses_between_own_sign_ins(address: str) -> None:
+    """Otto guesses olga's password, signing in to his own account after every 4 guesses."""
+    for n in range(settings.AXES_FAILURE_LIMIT):
+        if n and n % (settings.AXES_FAILURE_LIMIT - 1) == 0:
+            assert _sign_in(Client(), "otto", PASSWORD, address).status_code == 302
+        _sign_in(Client(), "olga", "guess", address)
+
+
+def test_an_insiders_own_sign_in_does_not_clear_the_victims_count(olga, otto):
+    _insider_guesses_between_own_sign_ins("192.0.2.7")
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.2").status_code == 429
+
+
+def test_an_insiders_own_sign_in_does_not_clear_the_count_for_the_address(olga, otto, audrey):
+    _insider_guesses_between_own_sign_ins("192.0.2.7")
+    assert _sign_in(Client(), "audrey", PASSWORD, "192.0.2.7").status_code == 429

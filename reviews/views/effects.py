@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from ledger import jsonenc
 from ledger.errors import LedgerError, ValidationFailed
@@ -91,6 +91,7 @@ def _context(effect_id: uuid.UUID, forms: dict[str, DecisionForm] | None = None)
     }
 
 
+@require_GET
 @reader
 def detail(request: HttpRequest, effect_id: uuid.UUID) -> HttpResponse:
     return render(request, "reviews/effect.html", _context(effect_id))

@@ -6,6 +6,7 @@ from django.db import connection
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
 
 from ledger.interlocks import blocked_branches
 from ledger.models import Effect, EffectEvent, EventKind, ReviewItem
@@ -84,6 +85,7 @@ def _chart(ages: list[tuple[str, int]]) -> dict:
     return {"width": width, "height": height, "bars": bars, "base": height - bottom}
 
 
+@require_GET
 @reader
 def overview(request: HttpRequest) -> HttpResponse:
     by_status, by_tool = _counts()

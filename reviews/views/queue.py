@@ -9,7 +9,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import ReviewItem
 from reviews.access import actor, reader
@@ -19,6 +19,7 @@ from reviews.queue import assign_item, claim_item
 PAGE_SIZE = 50
 
 
+@require_GET
 @reader
 def queue(request: HttpRequest) -> HttpResponse:
     items = ReviewItem.objects.select_related("effect", "effect__agent", "assignee", "resolved_by")
