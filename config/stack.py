@@ -22,7 +22,8 @@ the servers and exits with CMD's exit code.
   * migrates, collects static files, loads `tools.toml`, creates the `demo` agent and the
     `operator` admin if missing (their credentials are printed only when created);
   * starts gunicorn, an rq worker and the django-q cluster (plus `sandbox_services()`), and
-    supervises them: if one exits, the others are stopped and the stack exits non-zero.
+    supervises them (`config.supervisor`): one that dies is started again; one that dies more
+    than five times in a minute stops the stack, which then exits non-zero.
 
 Environment read here: DATABASE_URL, REDIS_URL, HOST (default 127.0.0.1), PORT (default 8000),
 GUNICORN_WORKERS (default 2), GUNICORN_THREADS (default 4), and the three secrets above.
@@ -41,13 +42,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit, urlunsplit
 
 from config.embedded import ROOT, VAR, EmbeddedServers, say, spawn, stop_processes
 from config.envfile import read_env_file, write_env_file
+from config.supervisor import ChildDied, Service, Supervisor
 from reconcilers.sandbox.launch import provider_argv
 
 SECRETS_FILE = VAR / "secrets.env"
@@ -160,26 +161,6 @@ def load_secrets(path: Path = SECRETS_FILE) -> dict[str, str]:
 
 
 # --- Child processes -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Service:
-    """A long-running child of `run`; if it exits, the whole stack stops."""
-
-    name: str
-    argv: list[str]
-
-
-class ChildDied(Exception):
-    def __init__(self, name: str, returncode: int | None) -> None:
-        if returncode is None:
-            how = "stopped"
-        elif returncode < 0:
-            how = f"was killed by {signal.Signals(-returncode).name}"
-        else:
-            how = f"exited with code {returncode}"
-        super().__init__(f"{name} {how} unexpectedly")
-        self.name = name
 
 
 def manage_argv(*args: str) -> list[str]:
@@ -324,12 +305,8 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def _check_children(
-    children: list[tuple[str, subprocess.Popen[bytes]]], servers: EmbeddedServers
-) -> None:
-    for name, proc in children:
-        if proc.poll() is not None:
-            raise ChildDied(name, proc.returncode)
+def _check_children(supervisor: Supervisor, servers: EmbeddedServers) -> None:
+    supervisor.check()
     dead = servers.dead()
     if dead:
         raise ChildDied(f"the embedded {dead}", None)
@@ -338,13 +315,13 @@ def _check_children(
 def _wait_for_http(
     host: str,
     port: int,
-    children: list[tuple[str, subprocess.Popen[bytes]]],
+    supervisor: Supervisor,
     servers: EmbeddedServers,
 ) -> None:
     connect_host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
-        _check_children(children, servers)
+        _check_children(supervisor, servers)
         with contextlib.suppress(OSError), socket.create_connection((connect_host, port), 1):
             return
         time.sleep(0.2)
@@ -461,7 +438,7 @@ def run() -> int:
     gate = SignalGate()
     gate.install()
     servers = EmbeddedServers()
-    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    supervisor: Supervisor | None = None
     try:
         env = dict(os.environ)
         for name, value in load_secrets().items():
@@ -478,11 +455,12 @@ def run() -> int:
 
         prepare(env)
 
+        supervisor = Supervisor(env, ROOT)
         for service in app_services(host, port):
             with gate.deferred():  # started means registered for stopping
                 say(f"starting {service.name}")
-                children.append((service.name, spawn(service.argv, env=env, cwd=ROOT)))
-        _wait_for_http(host, port, children, servers)
+                supervisor.start(service)
+        _wait_for_http(host, port, supervisor, servers)
         base = f"http://{_bracket(host)}:{port}"
         print(
             f"\nEffect Ledger is running at {base}/ — API docs: {base}/api/v1/docs\n"
@@ -490,8 +468,8 @@ def run() -> int:
             flush=True,
         )
 
-        while True:  # supervise until a signal (Shutdown) or a death (ChildDied)
-            _check_children(children, servers)
+        while True:  # supervise until a signal (Shutdown) or repeated deaths (ChildDied)
+            _check_children(supervisor, servers)
             time.sleep(0.5)
     except Shutdown as stop:
         say(f"{stop}: stopping.")
@@ -507,7 +485,8 @@ def run() -> int:
         return 1
     finally:
         gate.quiet()
-        stop_processes(reversed(children), timeout=STOP_TIMEOUT)
+        if supervisor is not None:
+            stop_processes(reversed(supervisor.children), timeout=STOP_TIMEOUT)
         servers.close()
         say("stopped.")
 
