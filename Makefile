@@ -9,7 +9,7 @@ TEST_ENV := SECRET_KEY=$${SECRET_KEY:-test-secret-key-0123456789abcdef} \
 	LEDGER_WEBHOOK_SECRETS=$${LEDGER_WEBHOOK_SECRETS:-sandbox-pay:test-webhook-secret-0123456789} \
 	LEDGER_ENV_FILE=/nonexistent
 
-.PHONY: run test bench crashtest demo lint install install-test clean
+.PHONY: run test bench crashtest drills demo lint install install-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ bench: install-test
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
 crashtest: install-test
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
+
+# Fault drills under load, on a private PostgreSQL and Redis: each restarted, then the web
+# process SIGKILLed; prints the counts. DRILLS_ARGS, e.g. "--seconds 60 --outage 20".
+drills: install-test
+	$(TEST_ENV) $(PY) -m config.stack exec -- \
+	  $(PY) manage.py faultdrill postgres redis web $(DRILLS_ARGS)
 
 # The multi-agent demo, against a running `make run` (its settings come from var/run.env).
 # One agent identity per role, each with a fresh key.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 
 from ledger.errors import AttemptsExhausted, Refused, StaleLease
 from ledger.models import Effect, Reason, Tool
@@ -20,7 +20,7 @@ from ledger.reviewqueue import open_review
 from ledger.states import Kind, Status
 from ledger.tools import policy_for
 from ledger.transitions import claim
-from reconcilers.queue import enqueue
+from reconcilers.queue import enqueue, fresh_connection
 from reconcilers.registry import EXECUTING, adapter_for, executes
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ def execute_after_commit(effect_id: Any) -> None:
 
 
 def execute(effect_id: Any) -> bool:
-    """The rq job: a long-lived worker may hold a dead connection."""
-    close_old_connections()
+    """The rq job."""
+    fresh_connection()
     return execute_one(effect_id)
 
 

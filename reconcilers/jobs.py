@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db import close_old_connections
-
+from reconcilers.queue import fresh_connection
 from reconcilers.reconcile import process_many, process_next
 
 # Effects taken and checked together: one UPDATE to take them, their lookups side by side.
@@ -15,14 +14,14 @@ BATCH = 50
 
 def check_effects(effect_ids: Iterable[str]) -> int:
     """Check each named effect that is still due. Returns how many this job checked."""
-    close_old_connections()  # a long-lived, non-forking worker may hold a dead connection
+    fresh_connection()
     ids = list(effect_ids)
     return sum(process_many(ids[start : start + BATCH]) for start in range(0, len(ids), BATCH))
 
 
 def drain(limit: int = 500) -> int:
     """Check up to `limit` due effects, most overdue first (a batched job)."""
-    close_old_connections()
+    fresh_connection()
     done = 0
     while done < limit and process_next():
         done += 1

@@ -11,12 +11,24 @@ import logging
 from typing import Any
 
 import django_rq
+from django.db import close_old_connections, connection
 from redis import RedisError
 
 log = logging.getLogger(__name__)
 
 QUEUE = "default"
 JOB_TIMEOUT = 600
+
+
+def fresh_connection() -> None:
+    """What every rq job does first. The worker is long-lived and non-forking, and its database
+    connection may have been cut by a database restart without Django knowing:
+    `close_old_connections` tests only a connection that has already failed, so the first job
+    after a restart would fail and its wake-up wait for the sweep (`manage.py faultdrill
+    postgres` shows it). One round trip per job, not per effect, settles it."""
+    close_old_connections()
+    if connection.connection is not None and not connection.is_usable():
+        connection.close()
 
 
 def enqueue(job: str, calls: list[tuple[Any, ...]]) -> bool:

@@ -43,6 +43,28 @@ def test_a_hundred_crashes_at_every_point_leave_no_duplicate_and_nothing_unexpla
     assert report["provider_transactions"] == 100
 
 
+def test_two_web_instances_two_rq_workers_and_a_qcluster_on_one_database_lose_and_double_nothing(
+    tmp_path,
+):
+    """The processes of several hosts, sharing one PostgreSQL and one Redis, each instance
+    killed at random moments."""
+    code, report, table = crashtest(
+        tmp_path,
+        *("--web", "2", "--rq-workers", "2", "--qcluster"),
+        *("--workflows", "24", "--workers", "4", "--crashes", "24", "--infra-kills", "8"),
+    )
+    assert code == 0, table
+    assert report["duplicates"] == []
+    assert report["unexplained"] == []
+    # Every effect accounted for: each workflow confirmed, charged exactly once.
+    assert report["confirmed"] == report["provider_transactions"] == 24
+    assert report["crashes_by_point"]["web"] >= 1 and report["crashes_by_point"]["rqworker"] >= 1
+    served = report["served"]
+    assert served["web0"] > 0 and served["web1"] > 0, served
+    assert served["rqworker0"] + served["rqworker1"] > 0, served
+    assert served["qcluster"] > 0, served
+
+
 def test_a_provider_that_ignores_keys_sends_the_uncertain_ones_to_review_not_to_a_retry(
     tmp_path,
 ):

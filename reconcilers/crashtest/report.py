@@ -30,6 +30,8 @@ class Verdict:
     left_for_review: dict[str, int] = field(default_factory=dict)
     confirmed: int = 0
     recovery_latency: dict[str, float] = field(default_factory=dict)
+    # Requests each web instance answered and jobs each rq worker finished ("web0": 412).
+    served: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +58,7 @@ class Verdict:
                 (f"recovery latency {name}", f"{value:.2f} s")
                 for name, value in self.recovery_latency.items()
             ),
+            *((f"served by {name}", n) for name, n in sorted(self.served.items())),
         ]
         width = max(len(str(label)) for label, _ in rows)
         return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

@@ -1,7 +1,9 @@
 """The crash test's conductor: a fresh database, the ledger's web process, an rq worker and a
 sweeper (the production path of reconciliation), the sandbox payments provider and several
 workflow workers, all real processes; SIGKILLs at every named point; restarts; then the
-verdict of `reconcilers.crashtest.report`.
+verdict of `reconcilers.crashtest.report`. Options make it a topology of several hosts'
+processes on one PostgreSQL and one Redis: N gunicorn instances (the workers spread across
+them, failing over as behind a load balancer), M rq workers and a django-q2 cluster.
 
 Crash points: the four in the workers (`reconcilers.crashtest.worker`), plus the ledger's web
 process and the rq worker, killed at random moments and restarted. A killed worker restarts at
@@ -16,7 +18,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,12 +32,20 @@ import httpx
 import psycopg
 
 from config.stack import database_name, free_port, fresh_database, gunicorn_argv, manage_argv
+from ledger.models import Effect, ReviewItem
+from ledger.states import Kind, Status, sql_list
 from reconcilers.crashtest.report import Verdict, compare
 from reconcilers.crashtest.worker import WORKER_POINTS
+from reconcilers.harness import Processes, charge_tool_file, wait_healthy
 from reconcilers.sandbox.launch import SandboxProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-WEB, RQ_WORKER, SWEEPER = "web", "rqworker", "sweeper"
+# Kinds of process; instances are named kind + number ("web0", "rqworker1").
+WEB, RQ_WORKER, SWEEPER, QCLUSTER = "web", "rqworker", "sweeper", "qcluster"
+
+# The crash test reads the ledger's database directly, as an outside observer would.
+EFFECTS = Effect._meta.db_table
+REVIEW_ITEMS = ReviewItem._meta.db_table
 
 
 @dataclass
@@ -45,6 +54,11 @@ class Options:
     workers: int = 6
     crashes: int = 100
     infra_kills: int = 10  # of the crashes, how many hit the web process and the rq worker
+    # The topology: gunicorn instances (each on its own port, the workers spread across
+    # them), rq workers, and whether a django-q2 cluster runs the real schedules too.
+    web: int = 1
+    rq_workers: int = 1
+    qcluster: bool = False
     ignore_keys: bool = False
     inject_duplicate: bool = False
     timeout: float = 540.0
@@ -66,15 +80,14 @@ def _redis_db(url: str, db: int) -> str:
     return url
 
 
-class Stack:
+class Stack(Processes):
     """The processes of one run, each restartable."""
 
     def __init__(self, workdir: Path, env: dict[str, str], opts: Options) -> None:
-        self.workdir = workdir
-        self.env = env
+        super().__init__(workdir, env)
         self.opts = opts
-        self.procs: dict[str, subprocess.Popen[str]] = {}
-        self.port = free_port()
+        self.ports = {f"{WEB}{n}": free_port() for n in range(opts.web)}
+        self.rq_workers = [f"{RQ_WORKER}{n}" for n in range(opts.rq_workers)]
         self.provider = SandboxProcess(
             "payments",
             workdir / "payments.sqlite3",
@@ -83,78 +96,88 @@ class Stack:
             env,
         )
 
-    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[str]:
-        log = open(self.workdir / f"{name}.log", "a")  # noqa: SIM115 (lives with the process)
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.procs[name] = proc
-        return proc
-
     @property
     def provider_url(self) -> str:
         return self.provider.url
 
-    def start_web(self) -> None:
+    def start_web(self, name: str) -> None:
+        # The access log counts the requests each instance served (`served`).
+        bind = f"127.0.0.1:{self.ports[name]}"
+        options = ("--access-logfile", "-")
         self.spawn(
-            WEB,
-            gunicorn_argv(
-                "config.wsgi:application", f"127.0.0.1:{self.port}", workers=2, threads=4
-            ),
+            name,
+            gunicorn_argv("config.wsgi:application", bind, workers=2, threads=4, options=options),
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.ledger_url}/health", timeout=1, trust_env=False).is_success:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError("the ledger's web process did not become healthy")
+        wait_healthy(self.url_of(name))
 
-    def start_rq_worker(self) -> None:
+    def start_rq_worker(self, name: str) -> None:
         """The production path: wake-ups enqueued after commit, a non-forking rq worker."""
-        self.spawn(
-            RQ_WORKER, manage_argv("rqworker", "default", "--worker-class", "rq.SimpleWorker")
-        )
+        self.spawn(name, manage_argv("rqworker", "default", "--worker-class", "rq.SimpleWorker"))
 
-    def start_sweeper(self) -> None:
+    def start_qcluster(self, name: str = QCLUSTER) -> None:
+        """One django-q2 cluster (ORM broker) running the real schedules beside the sweeper:
+        its sweep, escalation and sealer take the same rows as everyone else."""
+        self.spawn(name, manage_argv("qcluster"))
+
+    def start_sweeper(self, name: str = SWEEPER) -> None:
         """What the django-q2 schedule does every minute, every half second."""
-        self.spawn(SWEEPER, manage_argv("reconcile", "--sweep-only", "--interval", "0.5"))
+        self.spawn(name, manage_argv("reconcile", "--sweep-only", "--interval", "0.5"))
+
+    def start_all(self) -> None:
+        if self.opts.qcluster:
+            self.start_qcluster()  # first: its scheduler runs 30 s after the cluster starts
+        for name in self.ports:
+            self.start_web(name)
+        for name in self.rq_workers:
+            self.start_rq_worker(name)
+        self.start_sweeper()
+
+    def qcluster_round(self, timeout: float = 60.0) -> None:
+        """Until the django-q2 cluster has run its schedules once (the first round comes 30 s
+        after it starts), so that a short run still has them take part."""
+        log = self.workdir / f"{QCLUSTER}.log"
+        deadline = time.monotonic() + timeout
+        while "Processed '" not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the django-q2 cluster ran nothing; see {log}")
+            time.sleep(0.5)
 
     def restart(self, name: str) -> None:
-        {WEB: self.start_web, RQ_WORKER: self.start_rq_worker, SWEEPER: self.start_sweeper}[name]()
+        starts = {WEB: self.start_web, RQ_WORKER: self.start_rq_worker}
+        starts[name.rstrip("0123456789")](name)
+
+    def url_of(self, web: str) -> str:
+        return f"http://127.0.0.1:{self.ports[web]}/api/v1"
 
     @property
-    def ledger_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/api/v1"
+    def ledger_urls(self) -> list[str]:
+        return [self.url_of(name) for name in self.ports]
 
-    def kill(self, name: str) -> None:
-        proc = self.procs[name]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    def served(self) -> dict[str, int]:
+        """Requests each web instance answered (its access log, health checks left out), jobs
+        each rq worker finished and tasks the django-q2 cluster ran: evidence that every
+        process of the topology took part."""
+        counts = {}
+        for name in self.ports:
+            lines = (self.workdir / f"{name}.log").read_text(errors="replace").splitlines()
+            counts[name] = sum(" /api/v1/" in line and "/health" not in line for line in lines)
+        for name in self.rq_workers:
+            text = (self.workdir / f"{name}.log").read_text(errors="replace")
+            counts[name] = text.count("Job OK")
+        if self.opts.qcluster:
+            text = (self.workdir / f"{QCLUSTER}.log").read_text(errors="replace")
+            counts[QCLUSTER] = text.count("Processed '")
+        return counts
 
     def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.kill(name)
+        super().stop_all()
         self.provider.kill()
 
 
 def _prepare_database(env: dict[str, str], provider_url: str, workdir: Path) -> str:
     """A fresh database with the charge tool pointed at this run's provider. Points `env` at
     it and returns the agent's key."""
-    tools = workdir / "tools.toml"
-    tools.write_text(
-        "[tools.charge_card]\n"
-        'preset = "idempotent"\nhas_lookup = true\nkey_ttl = "24h"\nsettle_after = "3s"\n'
-        'reconciler = "sandbox_payments"\n'
-        f'reconciler_config = {{ base_url = "{provider_url}", timeout = 3 }}\n'
-    )
+    tools = charge_tool_file(workdir, provider_url)
     name = f"{database_name(env['DATABASE_URL'])}_crashtest"
     fresh, (key,) = fresh_database(env, name, tools=tools, agents=["crashtest"])
     env.update(fresh)
@@ -190,8 +213,9 @@ def _progress(out: TextIO, done: int, total: int, crashes: int, started: float) 
 
 def _settled(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute(
-        "SELECT count(*) FROM ledger_effect e WHERE e.status IN ('confirmed', 'failed') "
-        "OR EXISTS (SELECT 1 FROM reviews_reviewitem r WHERE r.effect_id = e.id "
+        f"SELECT count(*) FROM {EFFECTS} e "
+        f"WHERE e.status IN ({sql_list((Status.CONFIRMED, Status.FAILED))}) "
+        f"OR EXISTS (SELECT 1 FROM {REVIEW_ITEMS} r WHERE r.effect_id = e.id "
         "AND r.resolved_at IS NULL)"
     ).fetchone()
     return int(row[0]) if row else 0
@@ -217,6 +241,8 @@ def run(opts: Options) -> Verdict:
         "REDIS_URL": _redis_db(os.environ["REDIS_URL"], opts.redis_db),
     }
     with _workdir() as workdir:
+        # Where a django-q2 cluster exports the chain head: the run's, not the repository's.
+        env["LEDGER_CHAIN_HEAD_FILE"] = str(workdir / "chain-heads.jsonl")
         stack = Stack(workdir, env, opts)
         try:
             return _run(stack, opts, rng, workdir)
@@ -227,9 +253,7 @@ def run(opts: Options) -> Verdict:
 def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verdict:
     stack.provider.start()
     key = _prepare_database(stack.env, stack.provider_url, workdir)
-    stack.start_web()
-    stack.start_rq_worker()
-    stack.start_sweeper()
+    stack.start_all()
     workflows = _plan(opts, rng)
     names = [f"w{n}" for n in range(opts.workers)]
     crash_dir = workdir / "crashed"
@@ -237,7 +261,7 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
     plan_file.write_text(
         json.dumps(
             {
-                "ledger": stack.ledger_url,
+                "ledgers": stack.ledger_urls,
                 "provider": stack.provider_url,
                 "key": key,
                 "crash_dir": str(crash_dir),
@@ -261,9 +285,11 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
                     raise RuntimeError(f"worker {name} failed with {code}; see {name}.log")
             running = [n for n in names if stack.procs[n].poll() is None]
             if sum(infra.values()) < opts.infra_kills and time.monotonic() >= next_infra:
-                target = (WEB, RQ_WORKER)[sum(infra.values()) % 2]
+                # The kinds in turn, an instance of the kind at random; counted by kind.
+                kind = (WEB, RQ_WORKER)[sum(infra.values()) % 2]
+                target = rng.choice(list(stack.ports) if kind == WEB else stack.rq_workers)
                 stack.kill(target)
-                infra[target] += 1
+                infra[kind] += 1
                 stack.restart(target)
                 next_infra = time.monotonic() + rng.uniform(1, 4)
             worker_crashes = len(list(crash_dir.glob("*"))) if crash_dir.exists() else 0
@@ -280,9 +306,13 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
                 raise RuntimeError(f"the run did not settle within {opts.timeout:.0f} s")
             time.sleep(0.25)
         opts.progress.write("\n")
+        if opts.qcluster:
+            stack.qcluster_round()
         if opts.inject_duplicate:
             _charge_behind_the_ledgers_back(stack.provider_url, workflows[0])
-        return _verdict(conn, stack.provider_url, workflows, crash_dir, infra)
+        verdict = _verdict(conn, stack.provider_url, workflows, crash_dir, infra)
+    verdict.served = stack.served()
+    return verdict
 
 
 def _charge_behind_the_ledgers_back(provider_url: str, workflow: dict[str, Any]) -> None:
@@ -308,13 +338,13 @@ def _verdict(
         {"id": str(r[0]), "run_id": r[1], "status": r[2], "provider_ref": r[3], "resolved": r[4]}
         for r in conn.execute(
             "SELECT id, run_id, status, provider_ref, extract(epoch FROM resolved_at) "
-            "FROM ledger_effect WHERE kind = 'action'"
+            f"FROM {EFFECTS} WHERE kind = '{Kind.ACTION.value}'"
         ).fetchall()
     ]
     reviews = {
         str(effect_id): reason
         for effect_id, reason in conn.execute(
-            "SELECT effect_id, reason FROM reviews_reviewitem WHERE resolved_at IS NULL"
+            f"SELECT effect_id, reason FROM {REVIEW_ITEMS} WHERE resolved_at IS NULL"
         ).fetchall()
     }
     by_point: Counter[str] = Counter(infra)

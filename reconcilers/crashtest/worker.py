@@ -51,12 +51,18 @@ class Worker:
         self.plan = plan
         self.name = name
         self.crashed = Path(plan["crash_dir"])
-        self.ledger = httpx.Client(
-            base_url=plan["ledger"],
-            headers={"Authorization": f"Bearer {plan['key']}"},
-            timeout=10.0,
-            trust_env=False,
-        )
+        # The web instances, this worker's own first: the workers are spread across them.
+        ledgers: list[str] = plan["ledgers"]
+        first = sorted(plan["workers"]).index(name) % len(ledgers)
+        self.ledgers = [
+            httpx.Client(
+                base_url=url,
+                headers={"Authorization": f"Bearer {plan['key']}"},
+                timeout=10.0,
+                trust_env=False,
+            )
+            for url in ledgers[first:] + ledgers[:first]
+        ]
         self.provider = httpx.Client(base_url=plan["provider"], timeout=5.0, trust_env=False)
         # Retried calls stop when the process that started us is gone.
         self.conductor = os.getppid()
@@ -69,9 +75,11 @@ class Worker:
             if os.getppid() != self.conductor:
                 sys.exit("the crash test's conductor is gone")
             try:
-                response = self.ledger.request(method, path, json=body)
+                response = self.ledgers[0].request(method, path, json=body)
             except httpx.TransportError:
-                response = None  # the web process is down or restarting
+                # That instance is down or restarting: the next one, as a load balancer would.
+                self.ledgers.append(self.ledgers.pop(0))
+                response = None
             if response is not None and response.status_code < 500:
                 return response
             time.sleep(delay)

