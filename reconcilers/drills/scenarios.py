@@ -119,6 +119,29 @@ def _restarted(drill: Drill, before: dict[str, int], names: Sequence[str]) -> in
 # --- PostgreSQL ----------------------------------------------------------------------------
 
 
+def _outage(
+    drill: Drill,
+    name: str,
+    stop: Callable[[], None],
+    start: Callable[[], None],
+    outage: dict[str, float],
+) -> Callable[[], None]:
+    """A fault that stops a server for the drill's outage and starts it again, noting when it
+    was `down` (stopped), `restarting` (about to start) and `back` (started)."""
+
+    def fault() -> None:
+        drill.say(f"stopping {name} for {drill.size.outage:.0f} s")
+        stop()
+        outage["down"] = time.monotonic()
+        time.sleep(drill.size.outage)
+        outage["restarting"] = time.monotonic()
+        start()
+        outage["back"] = time.monotonic()
+        drill.say(f"{name} is back")
+
+    return fault
+
+
 def postgres(drill: Drill) -> DrillReport:
     report = DrillReport("postgres")
     before = drill.stack.pids()
@@ -136,25 +159,20 @@ def postgres(drill: Drill) -> DrillReport:
     load = Load(drill.stack.api_url, drill.key, "pg", drill.size.clients)
     outage: dict[str, float] = {}
 
-    def fault() -> None:
-        drill.say(f"stopping PostgreSQL for {drill.size.outage:.0f} s")
-        outage["down"] = time.monotonic()
-        drill.servers.stop_postgres()
-        time.sleep(drill.size.outage)
-        drill.servers.start_postgres()
-        outage["up"] = time.monotonic()
-        drill.say("PostgreSQL is back")
+    fault = _outage(
+        drill, "PostgreSQL", drill.servers.stop_postgres, drill.servers.start_postgres, outage
+    )
 
     drill.say(f"postgres: {drill.size.clients} clients for {drill.size.seconds:.0f} s")
     seconds = _under_load(drill, load, fault)
     with drill.connect() as conn:
         report.counts["load s"] = seconds
         _common(report, load, conn, "pg")
-        report.counts["database down s"] = round(outage["up"] - outage["down"], 1)
+        report.counts["database down s"] = round(outage["back"] - outage["down"], 1)
         # A gunicorn thread idle through the outage finds its cut connection only by its next
         # query, which then answers 503: those come after the database is back.
         report.counts["503 once it was back"] = sum(
-            1 for c in load.calls if c.status == 503 and c.started >= outage["up"]
+            1 for c in load.calls if c.status == 503 and c.started >= outage["back"]
         )
         report.expect("no client saw the outage as a 503", report.counts["answered 503"] > 0)
         # gunicorn itself stays up: every request is answered, if only with a 503.
@@ -222,22 +240,14 @@ def redis(drill: Drill) -> DrillReport:
     load.add_loop(leave_unknown, 0.3)
     outage: dict[str, float] = {}
 
-    def fault() -> None:
-        drill.say(f"stopping Redis for {drill.size.outage:.0f} s")
-        drill.servers.stop_redis()
-        outage["down"] = time.monotonic()
-        time.sleep(drill.size.outage)
-        outage["up"] = time.monotonic()
-        drill.servers.start_redis()
-        outage["back"] = time.monotonic()
-        drill.say("Redis is back (empty)")
+    fault = _outage(drill, "Redis", drill.servers.stop_redis, drill.servers.start_redis, outage)
 
     drill.say(f"redis: {drill.size.clients} clients for {drill.size.seconds:.0f} s")
     seconds = _under_load(drill, load, fault)
     with drill.connect() as conn:
         report.counts["load s"] = seconds
         _common(report, load, conn, "rd")
-        report.counts["redis down s"] = round(outage["up"] - outage["down"], 1)
+        report.counts["redis down s"] = round(outage["restarting"] - outage["down"], 1)
         agent_calls = [c for c in load.calls if c.kind != "health"]
         report.counts["agent requests failed"] = sum(
             1 for c in agent_calls if c.status not in (200, 201)
@@ -255,7 +265,7 @@ def ask_health(api: Api) -> None:
 
 
 def _health(report: DrillReport, health: list[Call], outage: dict[str, float]) -> None:
-    during = [c for c in health if c.started >= outage["down"] and c.ended <= outage["up"]]
+    during = [c for c in health if c.started >= outage["down"] and c.ended <= outage["restarting"]]
     down = [c for c in during if c.status == 503 and (c.body or {}).get("redis") == "unreachable"]
     after = [c for c in health if c.started >= outage["back"]]
     report.counts["/health during the outage"] = len(during)
@@ -276,7 +286,9 @@ def _redrive(
     """Effects left unknown wholly inside the outage had their wake-up refused by Redis; only
     the sweep can bring them to the rq worker."""
     lost = [
-        i for i, started, ended in unknowns if started >= outage["down"] and ended <= outage["up"]
+        i
+        for i, started, ended in unknowns
+        if started >= outage["down"] and ended <= outage["restarting"]
     ]
     report.counts["effects left unknown"] = len(unknowns)
     report.counts["wake-ups lost (unknown during the outage)"] = len(lost)
