@@ -67,8 +67,10 @@ def upstreams_of(effect_ids: Iterable[Any], *, lock: bool = False) -> dict[str, 
         cursor.execute(
             f"SELECT d.downstream_id, u.id, u.status, {blocking('u')}, {compensating('u')} "
             f"FROM {_DEPENDENCIES} d JOIN {_EFFECTS} u ON u.id = d.upstream_id "
-            f"WHERE d.downstream_id = ANY(%s::uuid[]) ORDER BY d.id"
-            + (" FOR SHARE OF u" if lock else ""),
+            f"WHERE d.downstream_id = ANY(%s::uuid[]) "
+            # Locks are taken in one order (by id) so that two claims cannot deadlock; shown,
+            # upstreams keep the order the agent named them in.
+            + ("ORDER BY u.id FOR SHARE OF u" if lock else "ORDER BY d.id"),
             [ids],
         )
         for downstream, uid, status, holds, comp in cursor.fetchall():
