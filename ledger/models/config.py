@@ -1,0 +1,182 @@
+"""Who may call and what tools may do: agents, their keys, tools, and the configuration
+version that tells every process when any of them changed."""
+
+from __future__ import annotations
+
+import pgtrigger
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class ConfigVersion(models.Model):
+    """One row: the version of what every process remembers between requests (tools, API keys,
+    agents' `is_active`). Triggers on those tables move it in the changing transaction, so
+    raw SQL and other processes move it too; a process drops what it remembered once the
+    version it reads differs from the one its copies were read under (`ledger.configversion`).
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    version = models.BigIntegerField(default=0)
+    changed_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="configversion_one_row")]
+
+    def __str__(self) -> str:
+        return f"configuration version {self.version}"
+
+
+# Each bump draws from a sequence: a version never comes back, not even after the row is
+# deleted (a test database's flush) and written again, and two statements of one transaction
+# move it twice. Readers compare for equality only, so concurrent bumps may commit in any order.
+CONFIG_VERSION_SEQUENCE = "ledger_configversion_seq"
+_BUMP_CONFIG_VERSION = (
+    f"INSERT INTO {ConfigVersion._meta.db_table} (id, version, changed_at) "
+    f"VALUES (1, nextval('{CONFIG_VERSION_SEQUENCE}'), now()) "
+    "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, changed_at = EXCLUDED.changed_at; "
+    "RETURN NULL;"
+)
+
+
+def _bumps_config_version(name: str) -> pgtrigger.Trigger:
+    """Every statement that changes the table moves the version, TRUNCATE included."""
+    return pgtrigger.Trigger(
+        name=name,
+        level=pgtrigger.Statement,
+        when=pgtrigger.After,
+        operation=pgtrigger.Insert | pgtrigger.Update | pgtrigger.Delete | pgtrigger.Truncate,
+        func=_BUMP_CONFIG_VERSION,
+    )
+
+
+class Mode(models.TextChoices):
+    """Test agents may name only test tools; a key's prefix says its agent's mode."""
+
+    TEST = "test", "test"
+    LIVE = "live", "live"
+
+
+class Agent(models.Model):
+    """A machine client. Effects are recorded under the agent whose key made the call."""
+
+    name = models.CharField(max_length=100, unique=True)
+    is_active = models.BooleanField(default=True)
+    # Set at creation (`createagent --mode`); its keys carry it (`elk_test_…`, `elk_live_…`).
+    mode = models.CharField(
+        max_length=4, choices=Mode.choices, default=Mode.LIVE, db_default=Mode.LIVE
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        triggers = [
+            # Deactivating an agent refuses its keys everywhere, and so does changing its mode
+            # (a key's mode must match its agent's). A new agent has no key yet, and deleting
+            # one deletes its keys, which moves the version on their own table.
+            pgtrigger.Trigger(
+                name="agent_active_bumps_config",
+                level=pgtrigger.Row,
+                when=pgtrigger.After,
+                operation=pgtrigger.UpdateOf("is_active", "mode"),
+                condition=pgtrigger.AnyChange("is_active", "mode"),
+                func=_BUMP_CONFIG_VERSION,
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """A bearer key: shown once at creation, stored as prefix + SHA-256 digest, revocable."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="keys")
+    # The public part of the key, unique, used to find the row (the unique index serves it).
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    label = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    # Refused from then on (`rotatekey --expire-old-after`); checked by the authenticating query.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # At most once a minute, inside a write the call makes anyway (`ledger.keyuse`).
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        triggers = [
+            # What authentication reads moves the version; `last_used_at` and `label` do not,
+            # or every key's first call of a minute would empty every process's caches.
+            pgtrigger.Trigger(
+                name="apikey_bumps_config",
+                level=pgtrigger.Statement,
+                when=pgtrigger.After,
+                operation=pgtrigger.Insert
+                | pgtrigger.UpdateOf("agent_id", "prefix", "digest", "revoked_at", "expires_at")
+                | pgtrigger.Delete
+                | pgtrigger.Truncate,
+                func=_BUMP_CONFIG_VERSION,
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.agent})"
+
+
+class Tool(models.Model):
+    """What a tool can do when something goes wrong, and its policy.
+
+    Capabilities rather than one class: `read_only`, `honours_key` (with `key_ttl`, how long
+    the provider remembers keys) and `has_lookup`. A tool nobody declared is treated as
+    `unsafe`: no capability at all.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=500, blank=True)
+    read_only = models.BooleanField(default=False)
+    honours_key = models.BooleanField(default=False)
+    key_ttl = models.DurationField(null=True, blank=True)
+    has_lookup = models.BooleanField(default=False)
+    confirm_within = models.DurationField(null=True, blank=True)
+    settle_after = models.DurationField(null=True, blank=True)
+    compensated_by = models.CharField(max_length=100, blank=True)
+    reconciler = models.CharField(max_length=100, blank=True)
+    reconciler_config = models.JSONField(default=dict, blank=True)
+    # The provider (a name in LEDGER_WEBHOOK_SECRETS) whose signed callbacks may settle this
+    # tool's effects; blank: no callback can.
+    webhook_provider = models.CharField(max_length=100, blank=True)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    escalate_after = models.DurationField()
+    # How long a review item on this tool's effects may stay open: its `due_at`, which the
+    # alerts count down to. NULL: LEDGER_RESOLVE_WITHIN.
+    resolve_within = models.DurationField(null=True, blank=True)
+    # The provider's back-office window: how long its own record stays correctable (a void, a
+    # refund). Declared and stored; it no longer sets when a review item is due.
+    backoffice_window = models.DurationField()
+    retention = models.DurationField()
+    # Field names exempt from the card-number scan (a 13-digit millisecond timestamp).
+    card_scan_allow = models.JSONField(default=list, blank=True)
+    # Dotted paths into the request/response that are always tokenized ("customer.ssn").
+    redact_paths = models.JSONField(default=list, blank=True)
+    # Only a test tool may be named by a test agent (`ledger.intents.check_mode`).
+    mode = models.CharField(
+        max_length=4, choices=Mode.choices, default=Mode.LIVE, db_default=Mode.LIVE
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        triggers = [_bumps_config_version("tool_bumps_config")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def classification(self) -> str:
+        if self.read_only:
+            return "read_only"
+        if self.honours_key and self.has_lookup:
+            return "idempotent+lookup"
+        if self.honours_key:
+            return "idempotent"
+        if self.has_lookup:
+            return "lookup"
+        return "unsafe"
