@@ -1,0 +1,99 @@
+"""The halts page: what is halted, and (operators, admins) halting and resuming."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from ledger.errors import LedgerError, ValidationFailed
+from ledger.halts import active_halts, described
+from ledger.killswitch import halt, resume
+from ledger.models import Halt, HaltScope
+from reviews.access import actor, can_act, reader
+
+CONFIRM_LABEL = "I understand that claims stop at once; this is recorded as a decision"
+
+
+class HaltForm(forms.Form):
+    scope = forms.ChoiceField(choices=HaltScope.choices, label="What to halt")
+    value = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Name",
+        help_text="The tool, the agent or the run_id; empty to halt everything.",
+    )
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    include_compensations = forms.BooleanField(
+        required=False, label="Also stop compensations (refunds) of what is halted"
+    )
+    confirm = forms.BooleanField(label=CONFIRM_LABEL)
+
+
+class ResumeForm(forms.Form):
+    reason = forms.CharField(max_length=2000, label="Reason for resuming")
+    confirm = forms.BooleanField(label="Claims resume at once; this is recorded as a decision")
+
+
+def _page(request: HttpRequest, form: HaltForm | None = None, status: int = 200) -> HttpResponse:
+    context = {
+        "halts": active_halts(),
+        "lifted": list(Halt.objects.filter(lifted_at__isnull=False).order_by("-lifted_at")[:20]),
+        "form": form or (HaltForm(auto_id="halt_%s") if can_act(request.user) else None),
+    }
+    return render(request, "reviews/halts.html", context, status=status)
+
+
+@require_GET
+@reader
+def halts(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+@require_POST
+@actor
+def add(request: HttpRequest) -> HttpResponse:
+    form = HaltForm(request.POST, auto_id="halt_%s")
+    if not form.is_valid():
+        return _page(request, form, 422)
+    data = form.cleaned_data
+    try:
+        switched = halt(
+            data["scope"],
+            data["value"],
+            reason=data["reason"],
+            by=request.user.get_username(),
+            include_compensations=data["include_compensations"],
+        )
+    except ValidationFailed as exc:
+        for name, text in exc.extra.get("fields", {}).items():
+            form.add_error(name if name in form.fields else None, text)
+        return _page(request, form, 422)
+    if switched.changed:
+        messages.success(request, f"Halted. {described(switched.halt)}")
+    else:
+        messages.info(request, f"Already halted; nothing changed. {described(switched.halt)}")
+    return redirect("halts")
+
+
+@require_POST
+@actor
+def lift(request: HttpRequest, halt_id: int) -> HttpResponse:
+    form = ResumeForm(request.POST, auto_id=None)
+    if not form.is_valid():
+        messages.error(request, "Give a reason and tick the confirmation to resume.")
+        return _page(request, status=422)
+    try:
+        switched = resume(
+            halt_id, reason=form.cleaned_data["reason"], by=request.user.get_username()
+        )
+    except LedgerError as exc:
+        messages.error(request, exc.detail)
+        return _page(request, status=exc.status)
+    if switched.changed:
+        messages.success(request, f"Resumed: halt {halt_id} lifted.")
+    else:
+        messages.info(request, f"Halt {halt_id} was lifted already by {switched.halt.lifted_by}.")
+    return redirect("halts")
