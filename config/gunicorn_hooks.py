@@ -1,0 +1,42 @@
+"""gunicorn settings shared by every gunicorn this project starts (`config.stack.gunicorn_argv`
+passes `--config python:config.gunicorn_hooks`).
+
+prometheus_client's multiprocess mode keeps each worker's counters in files under
+PROMETHEUS_MULTIPROC_DIR. A worker that exits keeps its counter files (they are still summed:
+counts must not fall when a worker is replaced), but its live-gauge files must go, which is
+what `mark_process_dead` does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+# gunicorn's own lines (booting, worker timeouts) in the same JSON shape as the application's
+# (ledger.jsonlog), unless LOG_FORMAT=plain. Card scrubbing may read settings.LEDGER_KEYS.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+if os.environ.get("LOG_FORMAT", "json") == "json":
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "ledger.jsonlog.JsonFormatter"}},
+        "handlers": {
+            "console": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": ["console"], "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False},
+        },
+    }
