@@ -62,6 +62,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so that every response carries X-Request-ID and every log line its context.
+    "ledger.logcontext.RequestIdMiddleware",
     "ledger.middleware.ApiBoundaryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -91,6 +93,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "reviews.context.roles",
+                "reviews.context.halts",
             ],
         },
     },
@@ -218,10 +221,24 @@ LEDGER_BACKOFF_BASE = env_int("LEDGER_BACKOFF_BASE", 5, minimum=1)
 LEDGER_BACKOFF_CAP = env_int("LEDGER_BACKOFF_CAP", 900, minimum=1)
 LEDGER_MAX_CHECKS = env_int("LEDGER_MAX_CHECKS", 6, minimum=1)
 LEDGER_SWEEP_MINUTES = env_int("LEDGER_SWEEP_MINUTES", 1, minimum=1)
-# Webhook signing secrets per provider: "sandbox-pay:secret,other:secret".
-LEDGER_WEBHOOK_SECRETS = dict(
-    item.split(":", 1) for item in env_list("LEDGER_WEBHOOK_SECRETS", []) if ":" in item
-)
+# Webhook signing secrets per provider: "sandbox-pay:secret,other:secret". During a rotation a
+# provider may be named twice, "sandbox-pay:old,sandbox-pay:new": both are accepted until the
+# old one is removed. LEDGER_WEBHOOK_SECRETS holds the last one named, the other one
+# LEDGER_WEBHOOK_OLD_SECRETS (ledger.webhooks.verify accepts either).
+LEDGER_WEBHOOK_SECRETS: dict[str, str] = {}
+LEDGER_WEBHOOK_OLD_SECRETS: dict[str, str] = {}
+for _item in env_list("LEDGER_WEBHOOK_SECRETS", []):
+    _provider, _, _secret = _item.partition(":")
+    if not _provider or not _secret or _provider in LEDGER_WEBHOOK_OLD_SECRETS:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            "LEDGER_WEBHOOK_SECRETS must look like 'provider:secret,…', with at most two "
+            "secrets per provider (the old and the new one during a rotation)."
+        )
+    if _provider in LEDGER_WEBHOOK_SECRETS:
+        LEDGER_WEBHOOK_OLD_SECRETS[_provider] = LEDGER_WEBHOOK_SECRETS[_provider]
+    LEDGER_WEBHOOK_SECRETS[_provider] = _secret
 LEDGER_WEBHOOK_TOLERANCE = env_int("LEDGER_WEBHOOK_TOLERANCE", 300, minimum=1)
 # The audit chain: how long an event may stay unsealed before the verifier reports it (and
 # before the sealer stops looking below it), and where the chain head is exported to.
@@ -230,11 +247,71 @@ LEDGER_CHAIN_HEAD_FILE = env_str(
     "LEDGER_CHAIN_HEAD_FILE", str(BASE_DIR / "var" / "chain-heads.jsonl")
 )
 
+# --- Alerts (reviews.alerts, ledger.outbox) ---------------------------------------------------
+# How long a review item may stay open before it is overdue (tools may set resolve_within);
+# alerts go out at 75% of it and when it passes.
+LEDGER_RESOLVE_WITHIN = env_duration("LEDGER_RESOLVE_WITHIN", "24h")
+# Email goes through Django's mail backends: the console by default, SMTP with the EMAIL_* below.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# A hung mail server must not hold the sender past its lease.
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+LEDGER_ALERT_EMAILS = env_list("LEDGER_ALERT_EMAILS", [])
+LEDGER_ALERT_FROM = env_str("LEDGER_ALERT_FROM", "effect-ledger@localhost")
+LEDGER_ALERT_WEBHOOK_URL = env_str("LEDGER_ALERT_WEBHOOK_URL", "")
+LEDGER_ALERT_WEBHOOK_SECRET = env_str("LEDGER_ALERT_WEBHOOK_SECRET", "")
+LEDGER_ALERT_WEBHOOK_FORMAT = env_str("LEDGER_ALERT_WEBHOOK_FORMAT", "json")
+# Where the links in alerts point: the address operators open the pages at.
+LEDGER_ALERT_LINK_BASE = env_str("LEDGER_ALERT_LINK_BASE", "http://127.0.0.1:8000")
+if LEDGER_ALERT_WEBHOOK_FORMAT not in ("json", "slack") or (
+    LEDGER_ALERT_WEBHOOK_URL
+    and (
+        not LEDGER_ALERT_WEBHOOK_URL.startswith(("https://", "http://"))
+        # A Slack URL is its own secret; a receiver of the JSON form checks our signature.
+        or (LEDGER_ALERT_WEBHOOK_FORMAT == "json" and len(LEDGER_ALERT_WEBHOOK_SECRET) < 16)
+    )
+):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "LEDGER_ALERT_WEBHOOK_FORMAT must be json or slack, LEDGER_ALERT_WEBHOOK_URL an http(s) "
+        "URL, and with the json format LEDGER_ALERT_WEBHOOK_SECRET must have 16+ characters."
+    )
+
+# --- Metrics and logs (ledger.metrics, ledger.summary, ledger.jsonlog) ------------------------
+# The bearer token a Prometheus scraper sends to /metrics; unset, /metrics answers 404.
+LEDGER_METRICS_TOKEN = env_str("LEDGER_METRICS_TOKEN", "-").removeprefix("-")
+# How old the summary behind the gauges may get before a scrape reads it again (per process).
+LEDGER_METRICS_REFRESH = env_int("LEDGER_METRICS_REFRESH", 10, minimum=1)
+# json: one JSON object per line (ledger.jsonlog); plain: for reading in a terminal.
+LOG_FORMAT = env_str("LOG_FORMAT", "json")
+if LOG_FORMAT not in ("json", "plain"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("LOG_FORMAT must be json or plain.")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "json": {"()": "ledger.jsonlog.JsonFormatter"},
+        "plain": {
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s "
+            "[request=%(request_id)s agent=%(agent)s effect=%(effect_id)s run=%(run_id)s]"
+        },
+    },
+    "filters": {"context": {"()": "ledger.logcontext.ContextFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.request": {"level": "ERROR"},

@@ -14,9 +14,9 @@ kernel (Linux) and the next run cleans up what is left.
 the servers and exits with CMD's exit code.
 
 `run` additionally:
-  * generates SECRET_KEY, LEDGER_KEYS and LEDGER_WEBHOOK_SECRETS once into `var/secrets.env`
-    (0600) and reuses them, because idempotency keys are HMACs under LEDGER_KEYS and must stay
-    stable across restarts; values set in the environment win;
+  * generates SECRET_KEY, LEDGER_KEYS, LEDGER_WEBHOOK_SECRETS and LEDGER_METRICS_TOKEN once into
+    `var/secrets.env` (0600) and reuses them, because idempotency keys are HMACs under
+    LEDGER_KEYS and must stay stable across restarts; values set in the environment win;
   * writes `var/run.env` with the URLs and secrets of this run, which `config/settings.py` reads
     as defaults, so `python manage.py ...` works from a second shell while the stack runs;
   * migrates, collects static files, loads `tools.toml`, creates the `demo` agent and the
@@ -26,7 +26,9 @@ the servers and exits with CMD's exit code.
     than five times in a minute stops the stack, which then exits non-zero.
 
 Environment read here: DATABASE_URL, REDIS_URL, HOST (default 127.0.0.1), PORT (default 8000),
-GUNICORN_WORKERS (default 2), GUNICORN_THREADS (default 4), and the three secrets above.
+GUNICORN_WORKERS (default 2), GUNICORN_THREADS (default 4), and the secrets above. Every child
+gets PROMETHEUS_MULTIPROC_DIR=var/prometheus, emptied at start, so that /metrics adds up the
+counters of all gunicorn workers, the rq worker and the django-q cluster.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from reconcilers.sandbox.launch import provider_argv
 
 SECRETS_FILE = VAR / "secrets.env"
 RUN_ENV_FILE = VAR / "run.env"
-SECRET_NAMES = ("SECRET_KEY", "LEDGER_KEYS", "LEDGER_WEBHOOK_SECRETS")
+SECRET_NAMES = ("SECRET_KEY", "LEDGER_KEYS", "LEDGER_WEBHOOK_SECRETS", "LEDGER_METRICS_TOKEN")
 RUN_ENV_NAMES = ("DATABASE_URL", "REDIS_URL", *SECRET_NAMES)
 DEMO_AGENT = "demo"
 DEMO_OPERATOR = "operator"
@@ -140,6 +142,8 @@ def _generate_secret(name: str) -> str:
         return f"1:{secrets.token_urlsafe(32)}"  # keyring version 1; rotate by adding 2:...
     if name == "LEDGER_WEBHOOK_SECRETS":
         return f"sandbox-pay:{secrets.token_urlsafe(32)}"
+    if name == "LEDGER_METRICS_TOKEN":
+        return secrets.token_urlsafe(32)
     raise ValueError(name)
 
 
@@ -258,6 +262,7 @@ def gunicorn_argv(
         "--workers", str(workers),
         "--threads", str(threads),
         "--bind", bind,
+        "--config", "python:config.gunicorn_hooks",
         *options,
     ]  # fmt: skip
 
@@ -331,6 +336,16 @@ def _wait_for_http(
 
 
 # --- One-off setup ---------------------------------------------------------------------------
+
+
+def fresh_metrics_dir(path: Path = VAR / "prometheus") -> Path:
+    """An empty directory for the counters of every process of this run (ledger.metrics):
+    files a previous run left would otherwise be added to this run's counts."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
 
 
 _EXISTING = (
@@ -452,6 +467,7 @@ def run() -> int:
             "it runs.",
         )
         env.setdefault("PYTHONUNBUFFERED", "1")  # child logs appear as they happen
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(fresh_metrics_dir())
 
         prepare(env)
 

@@ -32,9 +32,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 class ApiKeyInline(admin.TabularInline):
     model = ApiKey
-    fields = ("prefix", "label", "created_at", "revoked_at")
-    # Revocation is one-way: a cleared revoked_at would bring a leaked key back to life.
-    readonly_fields = ("prefix", "created_at", "revoked_at")
+    fields = ("prefix", "label", "created_at", "last_used_at", "expires_at", "revoked_at")
+    # Revocation is one-way: a cleared revoked_at would bring a leaked key back to life; so
+    # would a cleared expiry (`manage.py rotatekey` sets it).
+    readonly_fields = ("prefix", "created_at", "last_used_at", "expires_at", "revoked_at")
     extra = 0
     can_delete = False
 
@@ -44,20 +45,40 @@ class ApiKeyInline(admin.TabularInline):
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ("name", "is_active", "created_at")
-    list_filter = ("is_active",)
+    list_display = ("name", "mode", "is_active", "created_at")
+    list_filter = ("mode", "is_active")
     search_fields = ("name",)
     inlines = [ApiKeyInline]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
+        # The mode is chosen once: its keys carry it, and its effects were recorded under it.
+        return [*super().get_readonly_fields(request, obj), *(["mode"] if obj else [])]
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ("prefix", "agent", "label", "created_at", "revoked_at")
-    list_filter = ("revoked_at",)
+    list_display = (
+        "prefix",
+        "agent",
+        "label",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    )
+    list_filter = ("revoked_at", "expires_at")
     search_fields = ("prefix", "agent__name", "label")
     # Revocation is one-way (the action below): a cleared revoked_at would bring a leaked key
     # back to life.
-    readonly_fields = ("agent", "prefix", "digest", "created_at", "revoked_at")
+    readonly_fields = (
+        "agent",
+        "prefix",
+        "digest",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    )
     list_select_related = ("agent",)
     actions = ["revoke_keys"]
 

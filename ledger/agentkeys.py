@@ -1,4 +1,8 @@
-"""Machine keys: `elk_<prefix>_<secret>`, shown once, stored as prefix + SHA-256 digest."""
+"""Machine keys: `elk_<mode>_<prefix>_<secret>`, shown once, stored as prefix + SHA-256 digest.
+
+The mode (`test` or `live`) is its agent's, and a key whose mode no longer matches its agent's is
+refused. Keys issued before modes existed read `elk_<prefix>_<secret>`: they are live keys.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,19 @@ import hashlib
 import hmac
 import re
 import secrets
+from datetime import timedelta
 
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import DateTimeField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 
-from ledger import configversion
-from ledger.models import Agent, ApiKey
+from ledger import configversion, keyuse
+from ledger.models import Agent, ApiKey, Mode
 
 _PREFIX_LEN = 12
-_KEY_SHAPE = re.compile(r"elk_[0-9a-f]{12}_[A-Za-z0-9_-]{20,100}")
+# The mode is absent from keys issued before modes existed.
+_KEY_SHAPE = re.compile(r"elk_(?:(test|live)_)?([0-9a-f]{12})_[A-Za-z0-9_-]{20,100}")
+_PREFIX = re.compile(r"(?:elk_)?(?:(?:test|live)_)?([0-9a-f]{12})")
 
 # Every API call authenticates. A process trusts a key it has seen under the current
 # configuration version without a query for this long after it last read the version; after
@@ -23,48 +31,96 @@ _KEY_SHAPE = re.compile(r"elk_[0-9a-f]{12}_[A-Za-z0-9_-]{20,100}")
 # request's duration, whichever process or statement made the change.
 RECHECK_SECONDS = 0.2
 
-_AGENT_FIELDS = ("id", "name", "is_active", "created_at")
-# One row always (the version), with the key's agent when the key is live and its agent active.
+_AGENT_FIELDS = ("id", "name", "is_active", "mode", "created_at")
+# One row always (the version), with the key's agent when the key is live (neither revoked nor
+# expired) and its agent active and in the key's mode; and how long ago the key was last used
+# (`ledger.keyuse`), so that tracking it needs no query of its own.
 _AUTHENTICATE = (
-    f"SELECT {configversion.VERSION_SQL}, k.digest, "
+    f"SELECT {configversion.VERSION_SQL}, k.id, k.digest, "
+    "EXTRACT(EPOCH FROM now() - k.last_used_at)::float8, "
     + ", ".join(f"a.{name}" for name in _AGENT_FIELDS)
     + f" FROM (SELECT 1) AS one LEFT JOIN ({ApiKey._meta.db_table} k"
-    f" JOIN {Agent._meta.db_table} a ON a.id = k.agent_id AND a.is_active)"
-    " ON k.prefix = %s AND k.revoked_at IS NULL"
+    f" JOIN {Agent._meta.db_table} a ON a.id = k.agent_id AND a.is_active AND a.mode = %s)"
+    " ON k.prefix = %s AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())"
 )
 
-_known: configversion.VersionedCache[Agent] = configversion.VersionedCache()
+# digest → (key id, agent)
+_known: configversion.VersionedCache[tuple[int, Agent]] = configversion.VersionedCache()
 
 
 def _digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+# The reserved agent under which the ledger records its own decisions (halts, resumes):
+# created by migration 0008, and no key is ever issued for it, so no caller can act as it.
+SYSTEM_AGENT = "system"
+
+
+class ReservedAgent(ValueError):
+    """A key was asked for the reserved system agent."""
+
+
 def issue_key(agent: Agent, label: str = "") -> str:
     """Create a key for `agent` and return it; only its digest is kept."""
+    if agent.name == SYSTEM_AGENT:
+        raise ReservedAgent(f"No key can be issued for the reserved agent {SYSTEM_AGENT!r}.")
     prefix = secrets.token_hex(_PREFIX_LEN // 2)
-    key = f"elk_{prefix}_{secrets.token_urlsafe(32)}"
+    key = f"elk_{agent.mode}_{prefix}_{secrets.token_urlsafe(32)}"
     ApiKey.objects.create(agent=agent, prefix=prefix, digest=_digest(key), label=label)
     return key
 
 
 def agent_for_key(key: str) -> Agent | None:
-    """The active agent a live key belongs to, or None (no, malformed, wrong or revoked key)."""
-    if not _KEY_SHAPE.fullmatch(key):
+    """The active agent a live key belongs to, or None (no, malformed, wrong, revoked or expired
+    key, or one whose mode is not its agent's)."""
+    shape = _KEY_SHAPE.fullmatch(key)
+    if shape is None:
         return None
+    # The mode written in the key is authentic: the digest covers the whole key.
+    mode, prefix = shape.group(1) or Mode.LIVE, shape.group(2)
     digest = _digest(key)
     fresh = configversion.seen_within(RECHECK_SECONDS)
-    if fresh is not None and (agent := _known.get(digest, fresh)) is not None:
-        return agent
-    with connection.cursor() as cursor:
-        cursor.execute(_AUTHENTICATE, [key[4 : 4 + _PREFIX_LEN]])
-        version, stored, *agent_row = cursor.fetchone()
-    configversion.observe(version)
-    if stored is None or not hmac.compare_digest(stored, digest):
-        return None
-    agent = Agent.from_db(connection.alias, list(_AGENT_FIELDS), agent_row)
-    _known.put(digest, version, agent)
-    return agent
+    known = _known.get(digest, fresh) if fresh is not None else None
+    if known is None:
+        with connection.cursor() as cursor:
+            cursor.execute(_AUTHENTICATE, [str(mode), prefix])
+            version, key_id, stored, age, *agent_row = cursor.fetchone()
+        configversion.observe(version)
+        if stored is None or not hmac.compare_digest(stored, digest):
+            return None
+        keyuse.observe(key_id, age)
+        known = (key_id, Agent.from_db(connection.alias, list(_AGENT_FIELDS), agent_row))
+        _known.put(digest, version, known)
+    keyuse.arm(known[0])
+    return known[1]
+
+
+def key_prefix(text: str) -> str | None:
+    """The 12-character prefix that names a key, from `elk_live_1a2b…`, `elk_1a2b…` or itself."""
+    match = _PREFIX.match(text)
+    return match.group(1) if match else None
+
+
+def rotate(agent: Agent, *, expire_old_after: timedelta, label: str = "") -> tuple[str, int]:
+    """Issue `agent` a new key; its other live keys expire `expire_old_after` from now (by the
+    database clock), or earlier if they were to already. Returns (the new key, how many old keys
+    were given that expiry)."""
+    deadline = ExpressionWrapper(Now() + expire_old_after, output_field=DateTimeField())
+    with transaction.atomic():
+        expiring = (
+            ApiKey.objects.filter(agent=agent, revoked_at__isnull=True)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=deadline))
+            .update(expires_at=deadline)
+        )
+        key = issue_key(agent, label=label)
+    configversion.expire()  # an UPDATE sends no post_save; the trigger moved the version
+    return key, expiring
+
+
+def keys_of(agent: Agent) -> QuerySet[ApiKey]:
+    """The agent's keys, oldest first, for the key list (`manage.py listkeys`, the admin)."""
+    return ApiKey.objects.filter(agent=agent).order_by("created_at", "id")
 
 
 def revoke(prefix: str) -> bool:

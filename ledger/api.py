@@ -12,7 +12,14 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, InternalError, OperationalError, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+    transaction,
+)
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Query, Schema
@@ -23,10 +30,12 @@ from ninja.responses import Status as Reply
 from ninja.security import HttpBearer
 from pydantic import Field
 
-from ledger import jsonenc, webhooks
+from ledger import jsonenc, logcontext, webhooks
 from ledger.agentkeys import agent_for_key
 from ledger.compensation import compensate
 from ledger.errors import LedgerError, NotFound, ValidationFailed
+from ledger.halts import active_halt_for, refusal_from_trigger
+from ledger.halts import shown as shown_halt
 from ledger.inputs import check_json
 from ledger.intents import Intent, check_agent_key, record_intent
 from ledger.interlocks import upstreams_of
@@ -46,6 +55,7 @@ from ledger.schemas import (
     ErrorOut,
     HealthOut,
     HeartbeatIn,
+    HeartbeatOut,
     IntentIn,
     Label,
     OutcomeIn,
@@ -84,6 +94,7 @@ class AgentKey(HttpBearer):
         agent = agent_for_key(token)
         if agent is not None:
             request.agent = agent  # type: ignore[attr-defined]
+            logcontext.bind(agent=agent.name)
         return agent
 
 
@@ -100,6 +111,7 @@ api = NinjaAPI(
 ERRORS: dict[int, type[Schema]] = {
     400: ErrorOut,
     401: ErrorOut,
+    403: ErrorOut,
     404: ErrorOut,
     409: ErrorOut,
     413: ErrorOut,
@@ -172,6 +184,16 @@ def _trigger_refusal(request: HttpRequest, exc: InternalError) -> HttpResponse:
     )
 
 
+@api.exception_handler(ProgrammingError)
+def _halted_by_trigger(request: HttpRequest, exc: ProgrammingError) -> HttpResponse:
+    # The claim trigger's refusal (migration 0008, a PL/pgSQL RAISE): the claim asks for
+    # halts itself first, so only a claim that skipped that check gets here.
+    halted = refusal_from_trigger(exc)
+    if halted is None:
+        raise exc
+    return _ledger_error(request, halted)
+
+
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def _unavailable(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
@@ -196,6 +218,7 @@ def _own_effect(request: HttpRequest, effect_id: uuid.UUID) -> Effect:
     )
     if effect is None:
         raise NotFound("No such effect.")
+    logcontext.bind(run_id=effect.run_id)
     return effect
 
 
@@ -227,10 +250,12 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
         provenance=payload.provenance.model_dump(exclude_none=True) if payload.provenance else {},
     )
     check_agent_key(intent)
+    logcontext.bind(run_id=intent.run_id)
     claimed = False
     # Intent and claim are one transaction: a refused claim records nothing.
     with transaction.atomic():
         effect, created = record_intent(agent, intent, policy, actor=_actor(agent))
+        logcontext.bind(effect_id=effect.id)
         if payload.claim and (created or effect.status in (Status.PLANNED, Status.DISPATCHING)):
             effect, _ = claim(
                 effect,
@@ -261,8 +286,8 @@ def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -
 
 @api.post(
     "/effects/{effect_id}/heartbeat",
-    response={200: ClaimedEffectOut, **ERRORS},
-    summary="Extend a live lease",
+    response={200: HeartbeatOut, **ERRORS},
+    summary="Extend a live lease; `halt` says whether a halt now covers the effect",
 )
 def heartbeat_effect(
     request: HttpRequest, effect_id: uuid.UUID, payload: HeartbeatIn
@@ -272,7 +297,10 @@ def heartbeat_effect(
         token=payload.lease_token,
         lease_seconds=_lease_seconds(payload.lease_seconds),
     )
-    return _show(request, effect, claimer=True)
+    # Still accepted while halted (the work in flight must be able to report back), but the
+    # answer tells the client, which can then stop before sending anything more.
+    halt = active_halt_for(effect)
+    return {**_show(request, effect, claimer=True), "halt": shown_halt(halt) if halt else None}
 
 
 @api.post(

@@ -4,7 +4,9 @@ A decision (kind `decision`, status `confirmed`, `parent` = the effect decided o
 decided what, why, and the target as it was before and after. The caller records it in the same
 transaction as the target's move and the review item's resolution (DESIGN.md, "Review and
 escalation"), so that all three commit or none does. Operators decide through
-`reviews.decisions`; the ledger's own rulings record themselves here too.
+`reviews.decisions`; the ledger's own rulings record themselves here too. A decision about
+something that is not an effect (halting a tool, `ledger.killswitch`) has no parent and names
+its subject in `target`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.db.models.functions import Now
 
 from ledger.intents import Intent, effect_row, insert_effect
 from ledger.models import Agent, Effect, EventKind, ReviewItem
-from ledger.redaction import scrub_cards
+from ledger.redaction import Redactor, scrub_cards
 from ledger.states import Kind, Status
 from ledger.tools import policy_for
 from ledger.transitions import SqlExpr, record_event
@@ -78,8 +80,71 @@ def record_decision(
         kind=Kind.DECISION,
         parent_id=before.id,
     )
-    row = effect_row(
+    return _insert(
         agent or before.agent,
+        intent,
+        redact,
+        actor=actor,
+        reason=reason,
+        event={
+            "target": str(before.id),
+            "action": action,
+            "before": provenance["before"],
+            "after": provenance["after"],
+        },
+        decision_id=decision_id,
+    )
+
+
+def record_standalone_decision(
+    agent: Agent,
+    *,
+    target: str,
+    run_id: str,
+    key: str,
+    action: str,
+    reason: str,
+    asked: dict[str, Any],
+    actor: str,
+    details: dict[str, Any],
+) -> Effect | None:
+    """Insert a decision about something that is not an effect (a halt: `target` =
+    "halt:<scope>:<value>"), with no parent, under `agent` in run `run_id`; its effect key is
+    `key` (which must contain ":decision:"). None when the key is taken already."""
+    redact = policy_for(DECISION_TOOL).redactor
+    intent = Intent(
+        run_id=run_id,
+        step_id=key.split(":decision:")[0],
+        tool=DECISION_TOOL,
+        target=target,
+        request=asked,
+        effect_key=key,
+        provenance={"actor": actor, "action": action, "reason": reason, **details},
+        kind=Kind.DECISION,
+    )
+    return _insert(
+        agent,
+        intent,
+        redact,
+        actor=actor,
+        reason=reason,
+        event={"target": target, "action": action, **details},
+    )
+
+
+def _insert(
+    agent: Agent,
+    intent: Intent,
+    redact: Redactor,
+    *,
+    actor: str,
+    reason: str,
+    event: dict[str, Any],
+    decision_id: uuid.UUID | None = None,
+) -> Effect | None:
+    """The decision effect, confirmed at once, and its `decision` event."""
+    row = effect_row(
+        agent,
         intent,
         redact,
         status=Status.CONFIRMED,
@@ -97,14 +162,7 @@ def record_decision(
         actor=actor,
         to_status=Status.CONFIRMED,
         reason=redact.text(reason),
-        data=redact(
-            {
-                "target": str(before.id),
-                "action": action,
-                "before": provenance["before"],
-                "after": provenance["after"],
-            }
-        ),
+        data=redact(event),
     )
     return decision
 

@@ -2,6 +2,14 @@
 
 All are HMAC-SHA256 under the server's versioned keys (`LEDGER_KEYS`), never plain hashes: a
 plain SHA-256 of a request that holds a card number could be brute-forced.
+
+Rotation: adding a version (`1:old,2:new`) makes it current for what is made from then on.
+- Idempotency keys use the lowest version, so they never change (version 1 must stay).
+- Request hashes and value digests name the version they were made under (`v1:…`) and are
+  checked under it, so repeats recorded before the rotation are still recognised.
+- Redaction tokens carry no version: new ones differ from old ones for the same value, and an
+  old token is checked against a value under every version in the ring (`token_matches`).
+A version may be removed only once nothing stored names it.
 """
 
 from __future__ import annotations
@@ -54,16 +62,47 @@ def same_request(stored_hash: str, tool: str, target: str, request: Any) -> bool
     return hmac.compare_digest(stored_hash, request_hash(tool, target, request, version=version))
 
 
-def value_digest(value: Any) -> str:
-    """Keyed digest of any JSON value (responses, outcome repeats)."""
+def value_digest(value: Any, *, version: int | None = None) -> str:
+    """Keyed digest of any JSON value (outcome repeats), tagged with the key version."""
+    version = current_version() if version is None else version
     canonical = jsonenc.dumps(value, canonical=True)
-    return _mac(_ring()[current_version()], "value", canonical).hex()
+    return f"v{version}:" + _mac(_ring()[version], "value", canonical).hex()
 
 
-def redaction_token(kind: str, value: str) -> str:
-    """Equal values map to equal tokens, so redacted records can still be compared."""
-    mac = _mac(_ring()[current_version()], "redact", value).hex()[:24]
+def same_value(stored_digest: str, value: Any) -> bool:
+    """Is `stored_digest` the digest of `value`, under the version it names? One stored before
+    digests named their version (bare hex) is tried under every version in the ring."""
+    tag, sep, _ = stored_digest.partition(":")
+    if not sep:
+        return any(
+            hmac.compare_digest(
+                stored_digest.encode(), value_digest(value, version=v).split(":", 1)[1].encode()
+            )
+            for v in _ring()
+        )
+    try:
+        version = int(tag.removeprefix("v"))
+    except ValueError:
+        return False
+    return version in _ring() and hmac.compare_digest(
+        stored_digest.encode(), value_digest(value, version=version).encode()
+    )
+
+
+def redaction_token(kind: str, value: str, *, version: int | None = None) -> str:
+    """Equal values map to equal tokens under one key version, so redacted records can still be
+    compared; after a rotation, through `token_matches`."""
+    key = _ring()[current_version() if version is None else version]
+    mac = _mac(key, "redact", value).hex()[:24]
     return f"[{kind}:{mac}]"
+
+
+def token_matches(token: str, kind: str, value: str) -> bool:
+    """Was `token` made from `value`, under any version of the ring?"""
+    return any(
+        hmac.compare_digest(token.encode(), redaction_token(kind, value, version=v).encode())
+        for v in _ring()
+    )
 
 
 def content_digest(value: Any) -> str:

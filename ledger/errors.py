@@ -18,6 +18,12 @@ class LedgerError(Exception):
         return {"error": self.code, "detail": self.detail, **self.extra}
 
 
+class Forbidden(LedgerError):
+    """The caller may not do this at all (a test agent naming a live tool)."""
+
+    status, code = 403, "forbidden"
+
+
 class NotFound(LedgerError):
     status, code = 404, "not_found"
 
@@ -57,3 +63,9 @@ class EffectKeyConflict(Refused):
 
 class HasActiveDependents(Refused):
     code = "has_active_dependents"
+
+
+class Halted(Refused):
+    """An active halt covers the effect: it may not be claimed (`halt`: scope, reason, by…)."""
+
+    code = "halted"

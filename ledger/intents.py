@@ -10,8 +10,8 @@ from typing import Any
 from django.db import connection
 
 from ledger import digests
-from ledger.errors import EffectKeyConflict, ValidationFailed
-from ledger.models import Agent, Effect, EffectDependency, EventKind, Run
+from ledger.errors import EffectKeyConflict, Forbidden, ValidationFailed
+from ledger.models import Agent, Effect, EffectDependency, EventKind, Mode, Run
 from ledger.redaction import Redactor
 from ledger.states import Kind, Status
 from ledger.tools import Policy
@@ -58,6 +58,16 @@ def check_agent_key(intent: Intent) -> None:
                     f"must not contain {segment!r}"
                 },
             )
+
+
+def check_mode(agent: Agent, policy: Policy) -> None:
+    """A test agent may name only test tools (an undeclared tool is live), so that nothing a
+    test agent records can reach a live provider; a live agent may name either."""
+    if agent.mode == Mode.TEST and policy.mode != Mode.TEST:
+        raise Forbidden(
+            f"Agent {agent.name!r} is a test agent; tool {policy.name!r} is not a test tool.",
+            tool=policy.name,
+        )
 
 
 def find_repeat(agent: Agent, intent: Intent) -> Effect | None:
@@ -147,6 +157,7 @@ def record_intent(
 
     Must run inside a transaction (the caller may claim in the same one).
     """
+    check_mode(agent, policy)
     repeat = find_repeat(agent, intent)
     if repeat is not None:
         return repeat, False

@@ -26,10 +26,9 @@ def _same(recorded: str | None, given: str) -> bool:
     return bool(recorded) and hmac.compare_digest(recorded.encode(), given.encode())
 
 
-def _outcome_digest(token: str, status: str, provider_ref: str, response: Any) -> str:
-    return digests.value_digest(
-        {"token": token, "status": status, "provider_ref": provider_ref, "response": response}
-    )
+def _outcome(token: str, status: str, provider_ref: str, response: Any) -> dict[str, Any]:
+    """What makes two reports the same report (its digest is stored as `outcome_digest`)."""
+    return {"token": token, "status": status, "provider_ref": provider_ref, "response": response}
 
 
 def record_outcome(
@@ -49,8 +48,9 @@ def record_outcome(
     from a token that no longer holds the lease is refused with `stale_lease` and kept as a
     `late_outcome` event: evidence is never thrown away.
     """
-    digest = _outcome_digest(token, status, provider_ref, response)
-    if effect.outcome_digest and _same(effect.outcome_digest, digest):
+    outcome = _outcome(token, status, provider_ref, response)
+    # Checked under the key version it was stored with: a repeat across a rotation is a repeat.
+    if effect.outcome_digest and digests.same_value(effect.outcome_digest, outcome):
         return effect, True
 
     redact = policy.redactor
@@ -62,7 +62,10 @@ def record_outcome(
         and target in _FOLLOW_UP
         and _same(effect.outcome_token, token)
     )
-    changes: dict[str, Any] = {"outcome_digest": digest, "outcome_token": token}
+    changes: dict[str, Any] = {
+        "outcome_digest": digests.value_digest(outcome),
+        "outcome_token": token,
+    }
     if provider_ref:
         changes["provider_ref"] = redact.text(provider_ref)
     if response is not None:

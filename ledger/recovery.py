@@ -25,6 +25,7 @@ from django.db import connection
 from django.db.models import Count
 from django.db.models.functions import Now
 
+from ledger.halts import halted_among
 from ledger.interlocks import blocked_among
 from ledger.models import Agent, Effect, EffectEvent, EventKind, Reason, ReviewItem
 from ledger.reviewqueue import open_review
@@ -90,11 +91,16 @@ def last_lookup(effect: Effect) -> str:
     )
 
 
-def plan_for(effect: Effect, policy: Policy, *, blocked: bool, now: datetime) -> Plan:
-    """The allowed action for one incomplete effect. Pure: no queries, no writes."""
+def plan_for(
+    effect: Effect, policy: Policy, *, blocked: bool, now: datetime, halted: bool = False
+) -> Plan:
+    """The allowed action for one incomplete effect. Pure: no queries, no writes. `halted`: an
+    active halt covers it (`ledger.halts`), so a planned effect may not be claimed now."""
     attempts_left = effect.attempt < effect.max_attempts
     exhausted = _review(Reason.ATTEMPTS_EXHAUSTED)
     if effect.status == Status.PLANNED:
+        if halted:
+            return Plan(WAIT, "halted")
         if blocked:
             return Plan(WAIT, "blocked")
         return Plan(RETRY_SAFE, "planned") if attempts_left else exhausted
@@ -158,13 +164,20 @@ def recover(
     now = database_now()
     policies = policies_for({e.tool for e in effects})
     blocked = blocked_among([e.id for e in effects])
+    halted = halted_among([e.id for e in effects if e.status == Status.PLANNED])
     waiting_for_people = _open_reviews([e.id for e in effects])
     plans = [
         Planned(
             e,
             Plan(REVIEW, waiting_for_people[e.id])
             if e.id in waiting_for_people
-            else plan_for(e, policies[e.tool], blocked=str(e.id) in blocked, now=now),
+            else plan_for(
+                e,
+                policies[e.tool],
+                blocked=str(e.id) in blocked,
+                now=now,
+                halted=str(e.id) in halted,
+            ),
         )
         for e in effects
     ]

@@ -1,9 +1,10 @@
 """Opening review items: effects that no machine can resolve go to people.
 
 Every item is opened by one INSERT shape, whether for one effect (`open_review`) or for a whole
-sweep (`reviews.escalation`): due within the effect's tool's back-office window or the default
-one, and a no-op where the effect already has an open item (the partial unique index
-`review_one_open_uniq`).
+sweep (`reviews.escalation`): due within the effect's tool's `resolve_within` or the default
+(LEDGER_RESOLVE_WITHIN, 24 h), and a no-op where the effect already has an open item (the
+partial unique index `review_one_open_uniq`). The alerts (`reviews.alerts`) count down to that
+due time.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ _TABLE = ReviewItem._meta.db_table
 
 def open_reviews_sql(candidates: str) -> str:
     """The INSERT that opens an item for each row of `candidates`, a SELECT of
-    `(effect_id, reason)`; its parameter `%(window)s` is the default back-office window."""
+    `(effect_id, reason)`."""
+    default = int(settings.LEDGER_RESOLVE_WITHIN)
     return f"""
         INSERT INTO {_TABLE} (effect_id, reason, opened_at, due_at, resolution)
         SELECT c.effect_id, c.reason, now(),
-               now() + COALESCE(t.backoffice_window, make_interval(secs => %(window)s)), ''
+               now() + COALESCE(t.resolve_within, make_interval(secs => {default})), ''
           FROM ({candidates}) c
           JOIN {Effect._meta.db_table} e ON e.id = c.effect_id
           LEFT JOIN {Tool._meta.db_table} t ON t.name = e.tool
@@ -40,7 +42,6 @@ def open_review(effect_id: Any, reason: Reason) -> bool:
             {
                 "effect": effect_id,
                 "reason": Reason(reason).value,
-                "window": settings.LEDGER_BACKOFFICE_WINDOW,
             },
         )
         return cursor.rowcount == 1

@@ -172,6 +172,23 @@ class ClaimedEffectOut(EffectOut):
     lease_seconds: int | None = None
 
 
+class HaltOut(Schema):
+    """An active halt (409 `halted`, heartbeat answers): what is halted, why, by whom, since."""
+
+    scope: Literal["tool", "agent", "run", "all"]
+    value: str
+    reason: str
+    by: str
+    since: datetime
+
+
+class HeartbeatOut(ClaimedEffectOut):
+    """A heartbeat's answer: the lease, and the halt covering the effect (null when none), so
+    that a client can stop before it sends anything more."""
+
+    halt: HaltOut | None
+
+
 class EffectPage(Schema):
     items: list[EffectOut]
     next_cursor: str | None

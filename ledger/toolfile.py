@@ -6,6 +6,7 @@ has_lookup = true            # capabilities may be combined with a preset
 key_ttl = "24h"
 confirm_within = "15m"
 compensated_by = "refund_card"
+mode = "live"                # or "test": only test tools may be named by a test agent
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 
 from config.env import parse_duration
-from ledger.models import Tool
+from ledger.models import Mode, Tool
 from ledger.tools import PRESETS
 
 _FLAGS = ("read_only", "honours_key", "has_lookup")
@@ -28,12 +29,22 @@ _DURATIONS = (
     "confirm_within",
     "settle_after",
     "escalate_after",
+    "resolve_within",
     "backoffice_window",
     "retention",
 )
 _TEXT = ("description", "compensated_by", "reconciler", "webhook_provider")
 _LISTS = ("card_scan_allow", "redact_paths")
-_KNOWN = {"preset", "max_attempts", "reconciler_config", *_FLAGS, *_DURATIONS, *_TEXT, *_LISTS}
+_KNOWN = {
+    "preset",
+    "max_attempts",
+    "reconciler_config",
+    "mode",
+    *_FLAGS,
+    *_DURATIONS,
+    *_TEXT,
+    *_LISTS,
+}
 # A provider that honours keys but did not say for how long is assumed to keep them a day.
 _DEFAULT_KEY_TTL = timedelta(hours=24)
 
@@ -59,6 +70,7 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             fields[flag] = spec[flag]
     defaults = {
         "escalate_after": settings.LEDGER_ESCALATE_AFTER,
+        "resolve_within": settings.LEDGER_RESOLVE_WITHIN,
         "backoffice_window": settings.LEDGER_BACKOFFICE_WINDOW,
         "retention": settings.LEDGER_RETENTION,
     }
@@ -88,6 +100,10 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ToolFileError(f"tool {name!r}: reconciler_config must be a table")
     fields["reconciler_config"] = config
+    mode = spec.get("mode", Mode.LIVE)
+    if mode not in Mode.values:
+        raise ToolFileError(f"tool {name!r}: mode must be one of {sorted(Mode.values)}")
+    fields["mode"] = mode
     return fields
 
 

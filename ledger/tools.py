@@ -9,7 +9,7 @@ from django.conf import settings
 
 from ledger import configversion
 from ledger.configversion import VersionedCache
-from ledger.models import Tool
+from ledger.models import Mode, Tool
 from ledger.redaction import Redactor
 
 PRESETS: dict[str, dict[str, bool]] = {
@@ -32,6 +32,7 @@ class Policy:
     compensated_by: str
     max_attempts: int
     redactor: Redactor
+    mode: str = Mode.LIVE
 
     @classmethod
     def from_tool(cls, tool: Tool) -> Policy:
@@ -46,6 +47,7 @@ class Policy:
             compensated_by=tool.compensated_by,
             max_attempts=tool.max_attempts,
             redactor=Redactor.for_tool(tool.card_scan_allow, tool.redact_paths),
+            mode=tool.mode,
         )
 
     @classmethod

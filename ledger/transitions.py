@@ -15,14 +15,17 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from ledger import digests, jsonenc
+from ledger import digests, jsonenc, keyuse
 from ledger.errors import (
     AttemptsExhausted,
     Blocked,
     InvalidTransition,
     StaleLease,
 )
+from ledger.halts import active_halt_for, claim_refusal
+from ledger.halts import refusal as halt_refusal
 from ledger.interlocks import blocked_by, cancel_dependents
+from ledger.metrics import count_transition
 from ledger.models import Effect, EffectEvent, EventKind, Reason
 from ledger.reviewqueue import open_review
 from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
@@ -110,13 +113,15 @@ def record_event(
 ) -> None:
     data = dict(data or {})
     # A plain INSERT: this runs once or twice per API call, and the ORM's create() costs more
-    # than the round trip.
+    # than the round trip. It also carries the caller's key stamp when one is due.
+    stamp, stamp_params = keyuse.stamp()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {_EVENT_TABLE} (effect_id, kind, actor, from_status, to_status, "
+            f"{stamp}INSERT INTO {_EVENT_TABLE} (effect_id, kind, actor, from_status, to_status, "
             f"reason, data, digest, created_at) "
             f"VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s, now())",
             [
+                *stamp_params,
                 effect_id,
                 kind,
                 actor[:200],
@@ -180,6 +185,7 @@ def transition(
                 reason=reason,
                 data=data,
             )
+            count_transition(effect.status, to)
             _follow_on(moved, actor=actor)
     if superseded or moved is None:
         raise Superseded(effect.id)
@@ -215,13 +221,17 @@ def claim(
     effect: Effect, *, owner: str, claim_id: str | None, lease_seconds: int, actor: str
 ) -> tuple[Effect, bool]:
     """`planned → dispatching` with a fresh lease. Returns (effect, repeated): a repeat with the
-    same `claim_id` while its lease is live gets the same token and attempt back."""
+    same `claim_id` while its lease is live gets the same token and attempt back, unless a halt
+    now covers the effect (the client must not start sending after a halt)."""
     if (
         effect.status == Status.DISPATCHING
         and claim_id
         and effect.claim_id == claim_id
         and lease_is_live(effect)
     ):
+        halt = active_halt_for(effect)
+        if halt is not None:
+            raise halt_refusal(halt)
         return effect, True
     if effect.status != Status.PLANNED:
         raise InvalidTransition(
@@ -235,10 +245,16 @@ def claim(
             max_attempts=effect.max_attempts,
         )
     moved: Effect | None = None
+    waiting: list[dict[str, Any]] = []
     with transaction.atomic(savepoint=False):
-        waiting = blocked_by(effect.id, lock=True)
-        if not waiting:
-            moved = _claim(effect, owner, claim_id, lease_seconds, actor)
+        # First: it takes the halts' lock shared, which holds any halt back until we commit.
+        halted = claim_refusal(effect)
+        if halted is None:
+            waiting = blocked_by(effect.id, lock=True)
+            if not waiting:
+                moved = _claim(effect, owner, claim_id, lease_seconds, actor)
+    if halted is not None:
+        raise halted
     if waiting:
         raise Blocked("Upstream effects are not confirmed yet.", blocked_by=waiting)
     if moved is None:
@@ -279,13 +295,14 @@ def _claim(
 
 def heartbeat(effect: Effect, *, token: str, lease_seconds: int) -> Effect:
     """Extend a live lease. An expired lease cannot be revived: recovery may be deciding it."""
+    stamp, stamp_params = keyuse.stamp()  # the caller's key, when due: no round trip of its own
     sql = (
-        f"UPDATE {_EFFECT_TABLE} SET lease_expires_at = now() + make_interval(secs => %s), "
+        f"{stamp}UPDATE {_EFFECT_TABLE} SET lease_expires_at = now() + make_interval(secs => %s), "
         f"lease_seconds = %s, version = version + 1, updated_at = now() "
         f"WHERE id = %s AND status = '{Status.DISPATCHING.value}' AND lease_token = %s "
         f"AND lease_expires_at > now() RETURNING *"
     )
-    extended = one_effect(sql, [lease_seconds, lease_seconds, effect.id, token])
+    extended = one_effect(sql, [*stamp_params, lease_seconds, lease_seconds, effect.id, token])
     if extended is None:
         raise StaleLease("The lease has expired or belongs to another claim.")
     return extended

@@ -38,10 +38,12 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def verify(provider: str, header: str, body: bytes) -> str:
-    """Check the signature; returns its MAC, which identifies this delivery."""
+    """Check the signature; returns its MAC, which identifies this delivery. During a rotation
+    a provider has two secrets (LEDGER_WEBHOOK_OLD_SECRETS holds the old one): either signs."""
     secret = settings.LEDGER_WEBHOOK_SECRETS.get(provider)
     if secret is None:
         raise NotFound(f"No webhook is configured for provider {provider!r}.")
+    old = settings.LEDGER_WEBHOOK_OLD_SECRETS.get(provider)
     parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
     # Unix seconds in ASCII digits; a longer number cannot be a time within the window (and
     # one of hundreds of digits would overflow the float comparison below).
@@ -50,10 +52,11 @@ def verify(provider: str, header: str, body: bytes) -> str:
     timestamp, given = int(parts["t"]), parts["v1"]
     if abs(time.time() - timestamp) > settings.LEDGER_WEBHOOK_TOLERANCE:
         raise BadSignature("The signature's timestamp is outside the accepted window.")
-    expected = sign(secret, timestamp, body).split("v1=", 1)[1]
-    if not hmac.compare_digest(expected.encode(), given.encode()):
-        raise BadSignature("The signature does not match.")
-    return expected
+    for candidate in (secret, old) if old else (secret,):
+        expected = sign(candidate, timestamp, body).split("v1=", 1)[1]
+        if hmac.compare_digest(expected.encode(), given.encode()):
+            return expected
+    raise BadSignature("The signature does not match.")
 
 
 def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:

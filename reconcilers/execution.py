@@ -14,6 +14,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from ledger.errors import AttemptsExhausted, Refused, StaleLease
+from ledger.halts import covering_sql
 from ledger.models import Effect, Reason, Tool
 from ledger.outcomes import record_outcome
 from ledger.reviewqueue import open_review
@@ -67,7 +68,9 @@ def execute_one(effect_id: Any) -> bool:
         open_review(effect.id, Reason.ATTEMPTS_EXHAUSTED)
         return False
     except Refused:
-        return False  # someone else claimed or moved it first
+        # Someone else claimed or moved it first, or a halt covers it: the redrive skips it
+        # until the halt is lifted.
+        return False
     sent = adapter.execute(effect)
     try:
         record_outcome(
@@ -89,13 +92,15 @@ def execute_one(effect_id: Any) -> bool:
 
 def redrive_executions(limit: int = 1000) -> int:
     """Re-enqueue planned compensations whose tool can execute them (a wake-up lost from Redis
-    or a not_sent outcome waiting for another go). Returns how many."""
+    or a not_sent outcome waiting for another go), except those a halt covers: they wait for
+    the resume (the claim would refuse them anyway). Returns how many."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT e.id FROM {Effect._meta.db_table} e "
             f"JOIN {Tool._meta.db_table} t ON t.name = e.tool "
             f"WHERE e.kind = '{Kind.COMPENSATION.value}' AND e.status = '{Status.PLANNED.value}' "
             f"AND e.attempt < e.max_attempts AND t.reconciler = ANY(%s) "
+            f"AND {covering_sql('e')} IS NULL "
             f"ORDER BY e.created_at LIMIT %s",
             [sorted(EXECUTING), limit],
         )

@@ -29,6 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from ledger.metrics import count_reconciliation
 from ledger.models import Effect, EventKind, Reason, Tool
 from ledger.recovery import apply_plan, database_now, plan_for
 from ledger.reviewqueue import open_review
@@ -140,6 +141,7 @@ def _record_answer(effect: Effect, policy: Policy, answer: Lookup, now: datetime
                 reason=answer.outcome,
                 data=answer.evidence(),
             )
+            count_reconciliation(effect.tool, answer.outcome)
             _apply(effect, policy, answer, now)
     except Superseded:
         log.info("effect %s changed while it was being checked; leaving it", effect.id)
@@ -149,6 +151,7 @@ def _without_lookup(effect: Effect, policy: Policy, now: datetime) -> None:
     """Nobody can be asked: awaiting effects time out, the rest follow the capability table."""
     try:
         with transaction.atomic():
+            count_reconciliation(effect.tool, "no_lookup")
             if effect.status == Status.AWAITING_CONFIRMATION:
                 if effect.confirm_deadline and effect.confirm_deadline > now:
                     _reschedule(effect, effect.confirm_deadline)

@@ -70,6 +70,15 @@ SCHEDULES = {
         "func": "reviews.escalation.escalate",
         "minutes": settings.LEDGER_SWEEP_MINUTES,
     },
+    "review-alerts": {
+        "func": "reviews.alerts.sweep",
+        "minutes": settings.LEDGER_SWEEP_MINUTES,
+    },
+    # Every minute whatever the sweep period: halts and limit breaches are enqueued at once.
+    "alert-sender": {
+        "func": "reviews.alerts.send_due",
+        "minutes": 1,
+    },
     "seal-events": {
         "func": "ledger.seal.seal_all",
         "minutes": 1,

@@ -36,7 +36,6 @@ def escalate() -> int:
             {
                 "default": settings.LEDGER_ESCALATE_AFTER,
                 "reason": Reason.STALE.value,
-                "window": settings.LEDGER_BACKOFFICE_WINDOW,
             },
         )
         return cursor.rowcount

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from ledger.models import Reason, ReviewItem
+from ledger.models import Mode, Reason, ReviewItem
 from ledger.roles import ADMIN, OPERATOR
 from ledger.states import Status
 from reviews.decisions import ACTIONS, CANCEL, COMPENSATE, CONFIRM, FAIL, RETRY, Ask
@@ -63,6 +63,9 @@ class QueueFilter(django_filters.FilterSet):
     )
     tool = django_filters.CharFilter(label="Tool", field_name="effect__tool")
     agent = django_filters.CharFilter(label="Agent", field_name="effect__agent__name")
+    mode = django_filters.ChoiceFilter(
+        label="Mode", field_name="effect__agent__mode", choices=Mode.choices, empty_label="any"
+    )
     run = django_filters.CharFilter(label="Run", field_name="effect__run_id")
     reason = django_filters.ChoiceFilter(label="Reason", choices=Reason.choices, empty_label="any")
     age = django_filters.ChoiceFilter(

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reviews.views import chain, effects, exports, overview, queue
+from reviews.views import chain, effects, exports, halts, overview, queue
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
@@ -12,4 +12,7 @@ urlpatterns = [
     path("audit/exports/", exports.exports, name="exports"),
     path("audit/exports/<str:dataset>.<str:fmt>", exports.download, name="export"),
     path("audit/chain/", chain.chain, name="chain"),
+    path("halts/", halts.halts, name="halts"),
+    path("halts/add", halts.add, name="halt-add"),
+    path("halts/<int:halt_id>/resume", halts.lift, name="halt-resume"),
 ]

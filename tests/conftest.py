@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # A Redis database of its own, so that tests neither drain nor flush anyone else's jobs.
 TEST_REDIS_DB = 13
 # Sandbox providers as real subprocesses: payments_provider, messaging_provider, start_sandbox.
-pytest_plugins = ["tests.sandbox"]
+# tests.logscan: every log line of the suite is scanned for keys, passwords and card numbers.
+pytest_plugins = ["tests.sandbox", "tests.logscan"]
 
 
 class AgentClient:

@@ -71,6 +71,11 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
         (401, 401, 401, 401, 200),
     ),
     "admin/django_rq/dashboard/^stats.json/(?P<token>[\\w]+)?/?$": (REDIRECTED, REDIRECTED),
+    # django_rq's queue metrics, there because prometheus_client is installed: staff only.
+    "admin/django_rq/dashboard/^metrics/?$": (
+        (401, 401, 401, 401, 200),
+        (401, 401, 401, 401, 200),
+    ),
     "admin/django_rq/dashboard/": (STAFF, STAFF),
     "admin/django_rq/dashboard/queues/<int:queue_index>/": (STAFF, STAFF),
     "admin/django_rq/dashboard/queues/<int:queue_index>/details/": (STAFF, STAFF),
@@ -235,7 +240,19 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "audit/exports/": (READERS, WRONG_METHOD),
     "audit/exports/<str:dataset>.<str:fmt>": (READERS, WRONG_METHOD),
     "audit/chain/": (READERS, WRONG_METHOD),
+    "halts/": (READERS, WRONG_METHOD),
+    # An empty form: no reason, no confirmation.
+    "halts/add": (WRONG_METHOD, (302, 403, 403, 422, 422)),
+    "halts/<int:halt_id>/resume": (WRONG_METHOD, (302, 403, 403, 422, 422)),
+    # Prometheus, with LEDGER_METRICS_TOKEN as a bearer token (set below): a session is none.
+    "metrics": (KEY_NEEDED, WRONG_METHOD),
 }
+
+
+@pytest.fixture(autouse=True)
+def _metrics_token(settings) -> None:
+    """Configured, so that /metrics exists (without a token it answers 404 to everyone)."""
+    settings.LEDGER_METRICS_TOKEN = "metrics-token-of-the-matrix"
 
 
 def routes() -> list[str]:
@@ -309,6 +326,7 @@ def samples(alice, make_effect, olga, audrey, nemo, ada, rq_jobs) -> dict[str, S
     return {
         "effect_id": effect["id"],
         "item_id": str(item.id),
+        "halt_id": "1",
         "action": "confirm",
         "dataset": "effects",
         "fmt": "csv",

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from ledger.agentkeys import issue_key, revoke
+from ledger.agentkeys import issue_key, key_prefix, revoke
 from ledger.models import Agent, Effect, EffectEvent
 from tests.conftest import assert_error
 
@@ -67,7 +67,9 @@ INTENT = {
 
 
 def _prefix(key: str) -> str:
-    return key.split("_")[1]
+    prefix = key_prefix(key)
+    assert prefix is not None
+    return prefix
 
 
 # --- Authentication -------------------------------------------------------------------------

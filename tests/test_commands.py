@@ -36,10 +36,11 @@ def test_createagent_for_an_existing_agent_adds_a_second_key(db):
 
 def test_revokekey_makes_a_key_useless(db):
     key = _run("createagent", "planner").strip().splitlines()[-1]
-    _run("revokekey", key[:16])
+    name = key[: len("elk_live_") + 12]  # the public part: elk_live_<prefix>
+    _run("revokekey", name)
     assert agent_for_key(key) is None
     with pytest.raises(CommandError):
-        _run("revokekey", key[:16])
+        _run("revokekey", name)
 
 
 def test_createoperator_reads_the_password_from_stdin(db, monkeypatch):

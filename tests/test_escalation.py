@@ -63,7 +63,7 @@ def test_a_resolved_effect_is_never_escalated_however_old(make_effect, status):
     assert not ReviewItem.objects.filter(effect=effect).exists()
 
 
-def test_the_escalation_item_is_due_at_the_end_of_the_seven_day_back_office_window(make_effect):
+def test_the_escalation_item_is_due_24_hours_after_it_opens(make_effect):
     created_ago(make_effect("unknown"), timedelta(hours=25))
 
     escalate()
@@ -71,7 +71,7 @@ def test_the_escalation_item_is_due_at_the_end_of_the_seven_day_back_office_wind
     item = ReviewItem.objects.get()
     assert item.reason == "unresolved_past_window"
     assert item.resolved_at is None
-    assert item.due_at - item.opened_at == timedelta(days=7)
+    assert item.due_at - item.opened_at == timedelta(hours=24)
 
 
 def test_a_second_sweep_opens_no_second_item(make_effect):
@@ -132,8 +132,9 @@ def test_an_undeclared_tool_is_held_to_the_default_window(make_effect, tools):
     assert open_items(old) == ["unresolved_past_window"]
 
 
-def test_a_tools_own_back_office_window_sets_the_due_date_of_its_item(make_effect, tools):
-    tools["charge_card"].backoffice_window = timedelta(days=2)
+def test_a_tools_own_resolve_within_sets_the_due_date_of_its_item(make_effect, tools):
+    tools["charge_card"].resolve_within = timedelta(days=2)
+    tools["charge_card"].backoffice_window = timedelta(days=9)
     tools["charge_card"].save()
     created_ago(make_effect("unknown"), timedelta(hours=25))
 

@@ -161,7 +161,7 @@ def test_a_key_revoked_by_another_process_is_refused_by_every_server_within_a_se
     _warm(clients, _status)
     assert [_status(c) for c in clients] == [200] * SERVERS
     revoker = subprocess.Popen(
-        [sys.executable, "manage.py", "revokekey", key.split("_")[1]],
+        [sys.executable, "manage.py", "revokekey", str(agentkeys.key_prefix(key))],
         cwd=ROOT,
         env=_env(),
         stdout=subprocess.DEVNULL,

@@ -340,6 +340,8 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     assert set(SCHEDULES) == {
         "reconciliation-sweep",
         "escalation",
+        "review-alerts",
+        "alert-sender",
         "seal-events",
         "export-chain-head",
     }

@@ -30,6 +30,7 @@ from ledger_client.errors import (
     Blocked,
     EffectClosed,
     EffectKeyConflict,
+    Halted,
     LedgerClientError,
     LedgerRequestError,
     NeedsReview,
@@ -252,6 +253,8 @@ def _refusal(name: str, exc: LedgerRequestError) -> LedgerClientError:
         )
     if exc.code == "effect_key_conflict":
         return EffectKeyConflict(f"Effect {name}: {exc.detail}")
+    if exc.code == "halted":
+        return Halted(f"Effect {name}: {exc.detail}", exc.body.get("halt") or {})
     if exc.code == "invalid_transition":
         status = str(exc.body.get("status", "dispatching"))
         return NeedsReview(

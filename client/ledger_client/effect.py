@@ -63,6 +63,13 @@ class Effect:
         """True once a heartbeat was refused: check before starting more provider work."""
         return self._heartbeat is not None and self._heartbeat.lost.is_set()
 
+    @property
+    def halt(self) -> dict[str, Any] | None:
+        """The halt the latest heartbeat reported (scope, reason, by, since), or None. An
+        operator halted this kind of work: stop before sending anything more, report
+        `not_sent` if nothing went out."""
+        return self._heartbeat.halt if self._heartbeat is not None else None
+
     def __repr__(self) -> str:
         return f"<Effect {self.id} {self.status} attempt={self.attempt} replayed={self.replayed}>"
 

@@ -67,6 +67,15 @@ class EffectKeyConflict(EffectRefused):
     """The effect key was already used for a different request."""
 
 
+class Halted(EffectRefused):
+    """An operator halted claims of this effect (its tool, agent or run, or everything): do
+    not execute it now. `halt` says what is halted, why, by whom and since when."""
+
+    def __init__(self, message: str, halt: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.halt = halt
+
+
 class LeaseLost(LedgerClientError):
     """Our lease expired or was taken over, so our outcome was not recorded as the effect's
     state (the ledger keeps it as a late report). Recovery decides what happens next."""

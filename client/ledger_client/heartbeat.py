@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ledger_client.errors import LedgerClientError, LedgerRequestError
 from ledger_client.transport import Transport
@@ -63,6 +63,8 @@ class Heartbeat:
         self.body = {"lease_token": lease_token, "lease_seconds": lease_seconds}
         self.interval = lease_seconds / 3
         self.lost = threading.Event()
+        # The halt the last answer carried (None: nothing covers the effect now).
+        self.halt: dict[str, Any] | None = None
         self._name = f"ledger-heartbeat-{effect_id}"
         self._clock = clock or ThreadClock()
         self._stop: Callable[[], None] | None = None
@@ -77,7 +79,8 @@ class Heartbeat:
     def beat(self) -> bool:
         """Extend the lease once; False once it is lost, and beating should stop."""
         try:
-            self.transport.request("POST", self.path, self.body)
+            _, answer = self.transport.request("POST", self.path, self.body)
+            self.halt = answer.get("halt") if isinstance(answer, dict) else None
         except LedgerRequestError as exc:
             if exc.code == "stale_lease":
                 log.error("lease lost on %s: %s", self.path, exc.detail)

@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ledger.interlocks import blocked_branches
-from ledger.models import Effect, EffectEvent, EventKind, ReviewItem
+from ledger.models import Agent, Effect, EffectEvent, EventKind, Mode, ReviewItem
 from ledger.states import INCOMPLETE, Kind, Status
 from reviews.access import reader
 
@@ -26,12 +26,21 @@ REFRESH_SECONDS = 5
 _BLOCKED_LIMIT = 20
 
 
-def _counts() -> tuple[list[tuple[str, int]], list[tuple[str, list[int], int]]]:
+def _mode_join(alias: str, mode: str | None) -> tuple[str, list[str]]:
+    """A JOIN keeping only effects (alias `alias`) of agents in `mode`; nothing for all modes."""
+    if mode is None:
+        return "", []
+    return f" JOIN {Agent._meta.db_table} a ON a.id = {alias}.agent_id AND a.mode = %s", [mode]
+
+
+def _counts(mode: str | None) -> tuple[list[tuple[str, int]], list[tuple[str, list[int], int]]]:
     """Effects by status and by tool (actions and compensations), from one GROUP BY."""
+    join, params = _mode_join("e", mode)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT tool, status, count(*) FROM {Effect._meta.db_table} "
-            f"WHERE kind <> '{Kind.DECISION.value}' GROUP BY tool, status"
+            f"SELECT e.tool, e.status, count(*) FROM {Effect._meta.db_table} e{join} "
+            f"WHERE e.kind <> '{Kind.DECISION.value}' GROUP BY e.tool, e.status",
+            params,
         )
         rows = cursor.fetchall()
     by_status = dict.fromkeys(Status.values, 0)
@@ -46,16 +55,21 @@ def _counts() -> tuple[list[tuple[str, int]], list[tuple[str, list[int], int]]]:
     return list(by_status.items()), tools
 
 
-def _review_ages() -> list[tuple[str, int]]:
+def _review_ages(mode: str | None) -> list[tuple[str, int]]:
     """Open review items per age bucket, in one pass over the open-items index."""
     columns = ", ".join(
-        f"count(*) FILTER (WHERE opened_at <= now() - interval '{low} hours'"
-        + (f" AND opened_at > now() - interval '{high} hours')" if high else ")")
+        f"count(*) FILTER (WHERE r.opened_at <= now() - interval '{low} hours'"
+        + (f" AND r.opened_at > now() - interval '{high} hours')" if high else ")")
         for _, low, high in AGE_BUCKETS
     )
+    join, params = _mode_join("e", mode)
+    if join:
+        join = f" JOIN {Effect._meta.db_table} e ON e.id = r.effect_id{join}"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {columns} FROM {ReviewItem._meta.db_table} WHERE resolved_at IS NULL"
+            f"SELECT {columns} FROM {ReviewItem._meta.db_table} r{join} "
+            "WHERE r.resolved_at IS NULL",
+            params,
         )
         counts = cursor.fetchone()
     return [(label, n) for (label, _, _), n in zip(AGE_BUCKETS, counts, strict=True)]
@@ -88,8 +102,11 @@ def _chart(ages: list[tuple[str, int]]) -> dict:
 @require_GET
 @reader
 def overview(request: HttpRequest) -> HttpResponse:
-    by_status, by_tool = _counts()
-    ages = _review_ages()
+    # ?mode=test|live: only effects of agents in that mode; anything else shows every mode.
+    mode = request.GET.get("mode") if request.GET.get("mode") in Mode.values else None
+    mine = Q(agent__mode=mode) if mode else Q()
+    by_status, by_tool = _counts(mode)
+    ages = _review_ages(mode)
     blocked_total, blocked = blocked_branches(_BLOCKED_LIMIT)
     context = {
         "by_status": by_status,
@@ -98,7 +115,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "ages": ages,
         "open_reviews": sum(n for _, n in ages),
         "chart": _chart(ages),
-        "oldest": Effect.objects.filter(status__in=sorted(INCOMPLETE))
+        "oldest": Effect.objects.filter(mine, status__in=sorted(INCOMPLETE))
         .select_related("agent")
         .order_by("created_at")
         .first(),
@@ -106,9 +123,12 @@ def overview(request: HttpRequest) -> HttpResponse:
         "blocked_total": blocked_total,
         # Lookups and the machines' own moves, newest first (event_recovery_idx).
         "activity": EffectEvent.objects.filter(
-            Q(kind=EventKind.RECONCILIATION) | Q(actor__startswith="system:")
+            Q(kind=EventKind.RECONCILIATION) | Q(actor__startswith="system:"),
+            Q(effect__agent__mode=mode) if mode else Q(),
         ).order_by("-id")[:15],
         "refresh": REFRESH_SECONDS,
+        "mode": mode or "",
+        "modes": Mode.values,
     }
     template = "reviews/overview.html#panels" if request.htmx else "reviews/overview.html"
     return render(request, template, context)

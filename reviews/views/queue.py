@@ -34,7 +34,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "page": page,
         "query": query.urlencode(),
         "operators": list(operators().values_list("id", "username")),
-        "backoffice_days": settings.LEDGER_BACKOFFICE_WINDOW // 86400,
+        "resolve_hours": settings.LEDGER_RESOLVE_WITHIN // 3600,
     }
     template = "reviews/queue.html#results" if request.htmx else "reviews/queue.html"
     return render(request, template, context)

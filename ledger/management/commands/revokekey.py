@@ -4,17 +4,17 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.agentkeys import revoke
+from ledger.agentkeys import key_prefix, revoke
 
 
 class Command(BaseCommand):
-    help = "Revoke an agent key by its prefix (the 12 characters after 'elk_')."
+    help = "Revoke an agent key by its prefix (elk_live_1a2b3c4d5e6f, elk_1a2b3c4d5e6f or 1a2b…)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("prefix")
 
     def handle(self, *args: Any, prefix: str, **options: Any) -> None:
-        prefix = prefix.removeprefix("elk_")[:12]
+        prefix = key_prefix(prefix) or prefix
         if not revoke(prefix):
             raise CommandError(f"No live key has the prefix {prefix!r}.")
         self.stdout.write(f"Revoked key {prefix}.")
