@@ -177,7 +177,10 @@ class BareLedger:
         key = authorization.removeprefix("Bearer ").strip()
         if not key.startswith("elk_") or len(key) > 200:
             return None
-        row = self.conn.execute(SQL_AGENT, [key[4:16]]).fetchone()
+        # elk_<mode>_<12-hex prefix>_<secret>, or elk_<prefix>_<secret> for keys from before modes.
+        parts = key.split("_")
+        prefix = parts[2] if parts[1] in ("test", "live") else parts[1]
+        row = self.conn.execute(SQL_AGENT, [prefix]).fetchone()
         digest = hashlib.sha256(key.encode()).hexdigest()
         if row is None or not hmac.compare_digest(row["digest"], digest):
             return None
