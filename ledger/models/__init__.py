@@ -1,10 +1,18 @@
 """The ledger's models, by what they hold: `config` (agents, keys, tools), `effects` (the ledger
 and its events), `audit` (seals, exports), `review` (items that need a person) and
-`containment` (alerts, halts). Import them from here."""
+`containment` (alerts, halts, limit counters). Import them from here."""
 
 from ledger.models.audit import AuditExport, EventSeal
 from ledger.models.config import CONFIG_VERSION_SEQUENCE, Agent, ApiKey, ConfigVersion, Mode, Tool
-from ledger.models.containment import Alert, AlertKind, Halt, HaltScope
+from ledger.models.containment import (
+    Alert,
+    AlertKind,
+    AmountCharge,
+    Halt,
+    HaltScope,
+    LimitCounter,
+    RetryProposal,
+)
 from ledger.models.effects import (
     Effect,
     EffectDependency,
@@ -20,6 +28,7 @@ __all__ = [
     "Agent",
     "Alert",
     "AlertKind",
+    "AmountCharge",
     "ApiKey",
     "AuditExport",
     "ConfigVersion",
@@ -30,8 +39,10 @@ __all__ = [
     "EventSeal",
     "Halt",
     "HaltScope",
+    "LimitCounter",
     "Mode",
     "Reason",
+    "RetryProposal",
     "ReviewItem",
     "Run",
     "Tool",

@@ -67,6 +67,10 @@ class Agent(models.Model):
         max_length=4, choices=Mode.choices, default=Mode.LIVE, db_default=Mode.LIVE
     )
     created_at = models.DateTimeField(db_default=Now())
+    # Limits an admin sets (the admin, `manage.py agentlimits`); read by every claim of the
+    # agent's effects (`ledger.limits`). NULL / {}: no limit. Amounts as {"EUR": "500.00"}.
+    limit_claims_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    limit_amount_per_day = models.JSONField(default=dict, db_default={}, blank=True)
 
     class Meta:
         triggers = [
@@ -161,6 +165,16 @@ class Tool(models.Model):
     mode = models.CharField(
         max_length=4, choices=Mode.choices, default=Mode.LIVE, db_default=Mode.LIVE
     )
+    # Limits on claims of this tool's effects (`ledger.limits`): NULL / {}: none. Amounts per
+    # currency as exact decimal strings ({"EUR": "500.00"}); they need the two paths below.
+    limit_claims_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    limit_amount_per_day = models.JSONField(default=dict, db_default={}, blank=True)
+    # Dotted paths into the request where its amount and currency are ("payment.amount").
+    amount_path = models.CharField(max_length=200, blank=True, db_default="")
+    currency_path = models.CharField(max_length=200, blank=True, db_default="")
+    # Four-eyes (`ledger.approvals`): an intent whose amount is above this (major units, exact)
+    # waits in awaiting_approval for a second operator. NULL: never.
+    approve_above = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -1,9 +1,11 @@
-"""Containment: alerts waiting to go out, and halts that stop claims."""
+"""Containment: alerts waiting to go out, halts that stop claims, limit counters, and retries
+waiting for a second operator."""
 
 from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -16,6 +18,8 @@ class AlertKind(models.TextChoices):
     REVIEW_OVERDUE = "review_overdue", "Review item overdue"
     HALT = "halt", "Halt"
     LIMIT_EXCEEDED = "limit_exceeded", "Limit exceeded"
+    # An agent's callback (ledger.notifications): posted to the effect's callback_url only.
+    CALLBACK = "callback", "Effect status changed (agent callback)"
 
 
 class Alert(models.Model):
@@ -92,3 +96,96 @@ class Halt(models.Model):
 
     def __str__(self) -> str:
         return f"halt {self.scope} {self.value}".rstrip()
+
+
+class LimitCounter(models.Model):
+    """Claims counted against a per-minute limit: one row per (scope, period), where scope is
+    "tool:<name>" or "agent:<id>" and period the calendar minute. `ledger.limits` raises
+    `used` with a conditional UPDATE in the claim's own transaction, so only claims under the
+    same limit wait for each other. Also the row whose lock orders amount charges per
+    (scope, currency): period "24h" (see `ledger.limits`)."""
+
+    scope = models.CharField(max_length=120)
+    period = models.CharField(max_length=32)
+    currency = models.CharField(max_length=3, blank=True, default="")
+    used = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # The INSERT … ON CONFLICT DO NOTHING and the conditional UPDATE find the row by it.
+            models.UniqueConstraint(
+                fields=["scope", "period", "currency"], name="limitcounter_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.period} {self.currency} {self.used}".rstrip()
+
+
+class AmountCharge(models.Model):
+    """An effect's amount, counted once against one amount limit until it is released on proof
+    of non-receipt (the row is deleted then). `ledger.limits` sums the rows of the last 24 h."""
+
+    # No index of its own: the unique (effect, scope) below leads with it.
+    effect = models.ForeignKey(
+        "ledger.Effect", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    scope = models.CharField(max_length=120)
+    currency = models.CharField(max_length=3)
+    # Integer minor units of the currency (ISO 4217 exponent): exact, never a float.
+    amount_minor = models.BigIntegerField()
+    charged_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # Once per effect and limit: a re-claim of the effect meets this and counts nothing.
+            models.UniqueConstraint(fields=["effect", "scope"], name="amountcharge_once_uniq"),
+        ]
+        indexes = [
+            # The rolling sum in ledger.limits: one limit's charges of the last 24 h.
+            models.Index(
+                fields=["scope", "currency", "charged_at"], name="amountcharge_window_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.amount_minor} {self.currency}"
+
+
+class RetryProposal(models.Model):
+    """An operator's retry of an effect whose only ground is their own word that the provider
+    never received it (`ledger.recovery.VERIFIED_ABSENT`): a second operator must confirm it
+    before the effect leaves `unknown`, or reject it (`reviews.decisions`)."""
+
+    effect = models.ForeignKey("ledger.Effect", on_delete=models.PROTECT, related_name="+")
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    # The decision effect that recorded the proposal (its reason and evidence).
+    proposal = models.ForeignKey(
+        "ledger.Effect", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    evidence = models.CharField(max_length=2000)
+    # The effect's version when proposed: if the effect moves meanwhile (reconciliation found
+    # it, say), the proposal no longer applies and is never carried out.
+    effect_version = models.PositiveIntegerField()
+    proposed_at = models.DateTimeField(db_default=Now())
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    # "confirmed", "rejected" or "superseded" (the effect moved first) once decided.
+    outcome = models.CharField(max_length=16, blank=True)
+
+    class Meta:
+        constraints = [
+            # One pending proposal per effect; `reviews.decisions` finds it through this index.
+            models.UniqueConstraint(
+                fields=["effect"],
+                condition=Q(decided_at__isnull=True),
+                name="retryproposal_one_pending_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"retry of {self.effect_id} proposed by {self.proposed_by_id}"

@@ -107,6 +107,9 @@ class Effect(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
     resolved_at = models.DateTimeField(null=True, blank=True)
     version = models.PositiveIntegerField(default=1)
+    # Where the agent asked to be told of each status change (an allow-listed host; "" for
+    # none). The trigger of migration 0013 enqueues the signed callback in the outbox.
+    callback_url = models.CharField(max_length=2000, blank=True, db_default="")
 
     class Meta:
         constraints = [

@@ -21,6 +21,7 @@ class Reason(models.TextChoices):
     COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
     COMPENSATION_UNKNOWN = "compensation_unknown", "Compensation outcome unknown"
     MANUAL_EXECUTION = "manual_execution", "To be carried out by hand"
+    APPROVAL_REQUIRED = "approval_required", "Above the approval threshold (four-eyes)"
 
 
 class ReviewItem(models.Model):
