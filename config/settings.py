@@ -282,6 +282,24 @@ if LEDGER_ALERT_WEBHOOK_FORMAT not in ("json", "slack") or (
         "URL, and with the json format LEDGER_ALERT_WEBHOOK_SECRET must have 16+ characters."
     )
 
+# --- Agent notifications (ledger.longpoll, ledger.notifications) -------------------------------
+# Long polls (GET /effects/{id}?wait=N) waiting at once in one process; the rest are answered at
+# once with Retry-After. Each waiter holds one of the worker's threads (gunicorn gthread), so
+# the default leaves half of GUNICORN_THREADS to every other request.
+LEDGER_MAX_WAITERS = env_int(
+    "LEDGER_MAX_WAITERS", max(1, env_int("GUNICORN_THREADS", 4, minimum=1) // 2), minimum=1
+)
+# Hosts an intent's callback_url may name (exact host names; none: callbacks are refused), and
+# the secret that signs each callback (X-Ledger-Signature, as ledger.webhooks.sign).
+LEDGER_CALLBACK_HOSTS = [h.lower() for h in env_list("LEDGER_CALLBACK_HOSTS", [])]
+LEDGER_CALLBACK_SECRET = env_str("LEDGER_CALLBACK_SECRET", "")
+if LEDGER_CALLBACK_HOSTS and len(LEDGER_CALLBACK_SECRET) < 16:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "LEDGER_CALLBACK_SECRET must have 16+ characters when LEDGER_CALLBACK_HOSTS is set."
+    )
+
 # --- Metrics and logs (ledger.metrics, ledger.summary, ledger.jsonlog) ------------------------
 # The bearer token a Prometheus scraper sends to /metrics; unset, /metrics answers 404.
 LEDGER_METRICS_TOKEN = env_str("LEDGER_METRICS_TOKEN", "-").removeprefix("-")

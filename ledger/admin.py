@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from ledger.agentkeys import revoke
+from ledger.limits import amount_limits
 from ledger.models import (
     Agent,
     ApiKey,
@@ -43,9 +45,28 @@ class ApiKeyInline(admin.TabularInline):
         return False  # keys are issued with `manage.py createagent`, which shows them once
 
 
+class AgentForm(forms.ModelForm):
+    def clean_limit_amount_per_day(self) -> dict[str, str]:
+        # Checked as `manage.py agentlimits` and tools.toml are: {"EUR": "500.00"}, exact.
+        raw = self.cleaned_data["limit_amount_per_day"] or {}
+        try:
+            amount_limits(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(f'{exc} (for example {{"EUR": "500.00"}})') from None
+        return {currency.upper(): str(amount) for currency, amount in raw.items()}
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ("name", "mode", "is_active", "created_at")
+    form = AgentForm
+    list_display = (
+        "name",
+        "mode",
+        "is_active",
+        "limit_claims_per_minute",
+        "limit_amount_per_day",
+        "created_at",
+    )
     list_filter = ("mode", "is_active")
     search_fields = ("name",)
     inlines = [ApiKeyInline]

@@ -39,6 +39,8 @@ from ledger.halts import shown as shown_halt
 from ledger.inputs import check_json
 from ledger.intents import Intent, check_agent_key, record_intent
 from ledger.interlocks import upstreams_of
+from ledger.limits import LimitExceeded
+from ledger.longpoll import RETRY_AFTER_SECONDS, wait_for_change
 from ledger.middleware import unavailable
 from ledger.models import Agent, Effect
 from ledger.outcomes import record_outcome
@@ -116,6 +118,7 @@ ERRORS: dict[int, type[Schema]] = {
     409: ErrorOut,
     413: ErrorOut,
     422: ErrorOut,
+    429: ErrorOut,
     503: ErrorOut,
 }
 
@@ -128,7 +131,18 @@ def error_response(
 
 @api.exception_handler(LedgerError)
 def _ledger_error(request: HttpRequest, exc: LedgerError) -> HttpResponse:
-    return api.create_response(request, exc.body(), status=exc.status)
+    response = api.create_response(request, exc.body(), status=exc.status)
+    for header, value in exc.headers().items():
+        response[header] = value
+    return response
+
+
+@api.exception_handler(LimitExceeded)
+def _limit_exceeded(request: HttpRequest, exc: LimitExceeded) -> HttpResponse:
+    # The transaction that refused may have rolled back with its alert (an intent posted with
+    # its claim): enqueue it again, on its own; a no-op when it exists.
+    exc.alert()
+    return _ledger_error(request, exc)
 
 
 @api.exception_handler(AuthenticationError)
@@ -233,7 +247,7 @@ def _lease_seconds(value: int | None) -> int:
 
 @api.post(
     "/effects",
-    response={201: ClaimedEffectOut, 200: ClaimedEffectOut, **ERRORS},
+    response={201: ClaimedEffectOut, 200: ClaimedEffectOut, 202: ClaimedEffectOut, **ERRORS},
     summary="Record intent before dispatch (optionally claiming it)",
 )
 def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
@@ -248,6 +262,7 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
         effect_key=payload.effect_key,
         depends_on=payload.depends_on,
         provenance=payload.provenance.model_dump(exclude_none=True) if payload.provenance else {},
+        callback_url=payload.callback_url or "",
     )
     check_agent_key(intent)
     logcontext.bind(run_id=intent.run_id)
@@ -256,7 +271,8 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
     with transaction.atomic():
         effect, created = record_intent(agent, intent, policy, actor=_actor(agent))
         logcontext.bind(effect_id=effect.id)
-        if payload.claim and (created or effect.status in (Status.PLANNED, Status.DISPATCHING)):
+        # A new effect is planned, or awaiting_approval (four-eyes), which nobody may claim yet.
+        if payload.claim and effect.status in (Status.PLANNED, Status.DISPATCHING):
             effect, _ = claim(
                 effect,
                 owner=payload.owner,
@@ -265,6 +281,9 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
                 actor=_actor(agent),
             )
             claimed = True
+    if payload.claim and effect.status == Status.AWAITING_APPROVAL:
+        # Four-eyes: recorded, not claimed; the client waits for an operator's decision.
+        return Reply(202, _show(request, effect))
     return Reply(201 if created else 200, _show(request, effect, claimer=claimed))
 
 
@@ -345,9 +364,24 @@ def cancel_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CancelIn)
     return _show(request, moved)
 
 
+class WaitQuery(Schema):
+    wait: int | None = Field(
+        None, ge=1, le=60, description="Long poll: answer as soon as the status changes."
+    )
+
+
 @api.get("/effects/{effect_id}", response={200: EffectOut, **ERRORS}, summary="One effect")
-def get_effect(request: HttpRequest, effect_id: uuid.UUID) -> dict[str, Any]:
-    return _show(request, _own_effect(request, effect_id))
+def get_effect(
+    request: HttpRequest, effect_id: uuid.UUID, query: Query[WaitQuery], response: HttpResponse
+) -> dict[str, Any]:
+    if query.wait is None:
+        return _show(request, _own_effect(request, effect_id))
+    effect = wait_for_change(effect_id, query.wait, lambda: _own_effect(request, effect_id))
+    if effect is None:
+        # Every place to wait is taken: the effect as it is now, and when to ask again.
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        effect = _own_effect(request, effect_id)
+    return _show(request, effect)
 
 
 class ListFilters(Schema):

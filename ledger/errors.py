@@ -17,6 +17,10 @@ class LedgerError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": self.code, "detail": self.detail, **self.extra}
 
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the answer carries besides the body (429's Retry-After)."""
+        return {}
+
 
 class Forbidden(LedgerError):
     """The caller may not do this at all (a test agent naming a live tool)."""

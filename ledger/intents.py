@@ -10,9 +10,12 @@ from typing import Any
 from django.db import connection
 
 from ledger import digests
+from ledger.approvals import needs_approval
 from ledger.errors import EffectKeyConflict, Forbidden, ValidationFailed
-from ledger.models import Agent, Effect, EffectDependency, EventKind, Mode, Run
+from ledger.limits import amount_of
+from ledger.models import Agent, Effect, EffectDependency, EventKind, Mode, Reason, Run
 from ledger.redaction import Redactor
+from ledger.reviewqueue import open_review
 from ledger.states import Kind, Status
 from ledger.tools import Policy
 from ledger.transitions import column_values, one_effect, record_event
@@ -33,6 +36,7 @@ class Intent:
     provenance: dict[str, Any] = field(default_factory=dict)
     kind: Kind = Kind.ACTION
     parent_id: uuid.UUID | None = None
+    callback_url: str = ""  # ledger.notifications; not part of the request's identity
 
     @property
     def key(self) -> str:
@@ -146,6 +150,7 @@ def effect_row(
         "parent": intent.parent_id,
         "provenance": redact(intent.provenance),
         "version": 1,
+        "callback_url": intent.callback_url,
         **more,
     }
 
@@ -158,6 +163,9 @@ def record_intent(
     Must run inside a transaction (the caller may claim in the same one).
     """
     check_mode(agent, policy)
+    amount_of(policy, intent.request)  # 422 when the tool's limits cannot read the amount
+    # Four-eyes: decided once, here; a repeat below returns the effect as it was recorded.
+    status = Status.AWAITING_APPROVAL if needs_approval(policy, intent.request) else Status.PLANNED
     repeat = find_repeat(agent, intent)
     if repeat is not None:
         return repeat, False
@@ -175,7 +183,7 @@ def record_intent(
             agent,
             intent,
             policy.redactor,
-            status=Status.PLANNED,
+            status=status,
             max_attempts=policy.max_attempts,
         )
     )
@@ -191,8 +199,10 @@ def record_intent(
         effect.id,
         kind=EventKind.INTENT,
         actor=actor,
-        to_status=Status.PLANNED,
+        to_status=status,
         reason="intent",
         data={"request_hash": effect.request_hash, "depends_on": [str(u) for u in upstream]},
     )
+    if status == Status.AWAITING_APPROVAL:
+        open_review(effect.id, Reason.APPROVAL_REQUIRED)
     return effect, True

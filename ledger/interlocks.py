@@ -17,7 +17,7 @@ from django.db import connection
 
 from ledger import digests
 from ledger.models import Effect, EffectDependency, EffectEvent, EventKind
-from ledger.states import INCOMPLETE, Kind, Status, sql_list
+from ledger.states import CANCELLABLE, INCOMPLETE, Kind, Status, sql_list
 
 _EFFECTS = Effect._meta.db_table
 _DEPENDENCIES = EffectDependency._meta.db_table
@@ -122,29 +122,31 @@ def blocked_branches(limit: int) -> tuple[int, list[dict[str, Any]]]:
 
 
 def cancel_dependents(upstream_id: Any) -> int:
-    """Cancel, in one statement, every planned effect that (transitively, through planned
-    effects) depends on `upstream_id`, each with its own event. Returns how many."""
+    """Cancel, in one statement, every planned or awaiting_approval effect that (transitively,
+    through such effects) depends on `upstream_id`, each with its own event. Returns how many."""
     data = {"upstream": str(upstream_id)}
-    planned, cancelled = Status.PLANNED.value, Status.CANCELLED.value
+    waiting, cancelled = sql_list(CANCELLABLE), Status.CANCELLED.value
     sql = f"""
         WITH RECURSIVE doomed(id) AS (
             SELECT d.downstream_id FROM {_DEPENDENCIES} d
-              JOIN {_EFFECTS} e ON e.id = d.downstream_id AND e.status = '{planned}'
+              JOIN {_EFFECTS} e ON e.id = d.downstream_id AND e.status IN ({waiting})
              WHERE d.upstream_id = %s
             UNION
             SELECT d.downstream_id FROM {_DEPENDENCIES} d
               JOIN doomed ON d.upstream_id = doomed.id
-              JOIN {_EFFECTS} e ON e.id = d.downstream_id AND e.status = '{planned}'
+              JOIN {_EFFECTS} e ON e.id = d.downstream_id AND e.status IN ({waiting})
         ), moved AS (
             UPDATE {_EFFECTS} e
-               SET status = '{cancelled}', version = version + 1, updated_at = now(),
+               SET status = '{cancelled}', version = e.version + 1, updated_at = now(),
                    resolved_at = now(), next_check_at = NULL
-             WHERE e.id IN (SELECT id FROM doomed) AND e.status = '{planned}'
-         RETURNING e.id
+              FROM {_EFFECTS} before  -- the row as the statement found it: its old status
+             WHERE e.id IN (SELECT id FROM doomed) AND e.status IN ({waiting})
+               AND before.id = e.id
+         RETURNING e.id, before.status AS status_before
         )
         INSERT INTO {_EVENTS}
                (effect_id, kind, actor, from_status, to_status, reason, data, digest, created_at)
-        SELECT id, '{EventKind.TRANSITION.value}', 'system:interlock', '{planned}', '{cancelled}',
+        SELECT id, '{EventKind.TRANSITION.value}', 'system:interlock', status_before, '{cancelled}',
                'upstream_failed', %s::jsonb, %s, now()
           FROM moved
     """

@@ -106,6 +106,8 @@ def plan_for(
         return Plan(RETRY_SAFE, "planned") if attempts_left else exhausted
     if effect.status == Status.AWAITING_CONFIRMATION:
         return Plan(WAIT, "awaiting_confirmation")
+    if effect.status == Status.AWAITING_APPROVAL:
+        return Plan(WAIT, "awaiting_approval")  # an operator decides; nothing to do but wait
     if (
         effect.status == Status.DISPATCHING
         and effect.lease_expires_at
@@ -170,7 +172,8 @@ def recover(
         Planned(
             e,
             Plan(REVIEW, waiting_for_people[e.id])
-            if e.id in waiting_for_people
+            # Its approval item asks an operator, not the agent: the agent waits.
+            if e.id in waiting_for_people and e.status != Status.AWAITING_APPROVAL
             else plan_for(
                 e,
                 policies[e.tool],

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
+from ledger.notifications import allowed_callback_url
 from ledger.redaction import scrub_cards
 from ledger.states import Kind, Status
 
@@ -76,6 +77,16 @@ class IntentIn(Input):
     owner: Label = ""
     claim_id: ClaimId | None = None
     lease_seconds: LeaseSeconds | None = None
+    # Signed notification of each status change (ledger.notifications), allow-listed hosts only.
+    callback_url: (
+        Annotated[
+            str,
+            Field(min_length=1, max_length=2000),
+            AfterValidator(_no_card),
+            AfterValidator(allowed_callback_url),
+        ]
+        | None
+    ) = None
 
 
 class ClaimIn(Input):

@@ -19,6 +19,8 @@ class Status(models.TextChoices):
     UNKNOWN = "unknown"
     COMPENSATED = "compensated"
     CANCELLED = "cancelled"
+    # Above its tool's `approve_above`: waits for a second operator (`reviews.decisions`).
+    AWAITING_APPROVAL = "awaiting_approval"
 
 
 class Kind(models.TextChoices):
@@ -30,6 +32,7 @@ class Kind(models.TextChoices):
 P, D, A = Status.PLANNED, Status.DISPATCHING, Status.AWAITING_CONFIRMATION
 C, F, U = Status.CONFIRMED, Status.FAILED, Status.UNKNOWN
 X, K = Status.COMPENSATED, Status.CANCELLED
+W = Status.AWAITING_APPROVAL
 
 TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     {
@@ -47,14 +50,18 @@ TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
         (U, F),
         (U, P),  # an operator's retry or a proof of non-receipt, within the attempt cap
         (C, X),  # its compensation effect was confirmed
+        (W, P),  # a second operator approves it (four-eyes) ...
+        (W, K),  # ... or rejects it; or its upstream ended badly
     }
 )
 
 # Statuses an effect can still leave by itself or by recovery.
-INCOMPLETE = frozenset({P, D, A, U})
+INCOMPLETE = frozenset({P, D, A, U, W})
 # Statuses in which nobody may have reported how the effect ended: the reconciliation checker
 # looks at these (a dispatching one only once its lease has run out).
 CHECKED = frozenset({D, A, U})
+# Statuses whose dependents the upstream-failed cascade cancels: not dispatched yet.
+CANCELLABLE = frozenset({P, W})
 # Statuses from which nothing but compensation follows.
 TERMINAL = frozenset({C, F, X, K})
 # An upstream effect in one of these can never become confirmed (again): its planned

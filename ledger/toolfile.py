@@ -7,6 +7,11 @@ key_ttl = "24h"
 confirm_within = "15m"
 compensated_by = "refund_card"
 mode = "live"                # or "test": only test tools may be named by a test agent
+limit_claims_per_minute = 60 # limits (ledger.limits) need amount_path and currency_path
+limit_amount_per_day = { EUR = "5000.00" }
+amount_path = "amount"       # dotted paths into the request
+currency_path = "currency"
+approve_above = "1000.00"    # four-eyes (ledger.approvals): needs limit_amount_per_day
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from django.conf import settings
 from django.db import transaction
 
 from config.env import parse_duration
+from ledger.approvals import threshold
+from ledger.limits import amount_limits, required_paths
 from ledger.models import Mode, Tool
 from ledger.tools import PRESETS
 
@@ -33,13 +40,23 @@ _DURATIONS = (
     "backoffice_window",
     "retention",
 )
-_TEXT = ("description", "compensated_by", "reconciler", "webhook_provider")
+_TEXT = (
+    "description",
+    "compensated_by",
+    "reconciler",
+    "webhook_provider",
+    "amount_path",
+    "currency_path",
+)
 _LISTS = ("card_scan_allow", "redact_paths")
 _KNOWN = {
     "preset",
     "max_attempts",
     "reconciler_config",
     "mode",
+    "limit_claims_per_minute",
+    "limit_amount_per_day",
+    "approve_above",
     *_FLAGS,
     *_DURATIONS,
     *_TEXT,
@@ -104,7 +121,47 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     if mode not in Mode.values:
         raise ToolFileError(f"tool {name!r}: mode must be one of {sorted(Mode.values)}")
     fields["mode"] = mode
+    _limits(name, spec, fields)
+    _approval(name, spec, fields)
     return fields
+
+
+def _limits(name: str, spec: dict[str, Any], fields: dict[str, Any]) -> None:
+    per_minute = spec.get("limit_claims_per_minute")
+    if per_minute is not None and (
+        not isinstance(per_minute, int) or isinstance(per_minute, bool) or per_minute < 1
+    ):
+        raise ToolFileError(f"tool {name!r}: limit_claims_per_minute must be a positive integer")
+    fields["limit_claims_per_minute"] = per_minute
+    raw = spec.get("limit_amount_per_day", {})
+    try:
+        amount_limits(raw)
+    except ValueError as exc:
+        raise ToolFileError(f"tool {name!r}: limit_amount_per_day: {exc}") from None
+    # Stored as declared (exact decimal strings), with currency codes in capitals.
+    fields["limit_amount_per_day"] = {cur.upper(): str(amount) for cur, amount in raw.items()}
+    missing = required_paths({**spec, **fields})
+    if missing:
+        raise ToolFileError(
+            f"tool {name!r}: a tool with limits must declare {' and '.join(missing)}"
+        )
+    for key in ("amount_path", "currency_path"):
+        if fields[key] in fields["redact_paths"]:
+            raise ToolFileError(f"tool {name!r}: {key} must not be in redact_paths")
+
+
+def _approval(name: str, spec: dict[str, Any], fields: dict[str, Any]) -> None:
+    raw = spec.get("approve_above")
+    fields["approve_above"] = None
+    if raw is None:
+        return
+    try:
+        fields["approve_above"] = threshold(raw)
+    except ValueError as exc:
+        raise ToolFileError(f"tool {name!r}: approve_above {exc}") from None
+    # An approval threshold bounds one effect, not a day of them: it needs the amount limit.
+    if not fields["limit_amount_per_day"]:
+        raise ToolFileError(f"tool {name!r}: approve_above needs limit_amount_per_day")
 
 
 def load(path: Path) -> list[tuple[str, bool]]:

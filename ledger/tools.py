@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal
 
 from django.conf import settings
 
 from ledger import configversion
 from ledger.configversion import VersionedCache
+from ledger.limits import amount_limits
 from ledger.models import Mode, Tool
 from ledger.redaction import Redactor
 
@@ -33,6 +36,13 @@ class Policy:
     max_attempts: int
     redactor: Redactor
     mode: str = Mode.LIVE
+    # Limits (`ledger.limits`): claims per minute, and {currency: minor units} per 24 h.
+    limit_claims_per_minute: int | None = None
+    limit_amount_per_day: Mapping[str, int] = field(default_factory=dict)
+    amount_path: str = ""
+    currency_path: str = ""
+    # Four-eyes threshold (`ledger.approvals`), in major units of the request's currency.
+    approve_above: Decimal | None = None
 
     @classmethod
     def from_tool(cls, tool: Tool) -> Policy:
@@ -48,6 +58,11 @@ class Policy:
             max_attempts=tool.max_attempts,
             redactor=Redactor.for_tool(tool.card_scan_allow, tool.redact_paths),
             mode=tool.mode,
+            limit_claims_per_minute=tool.limit_claims_per_minute,
+            limit_amount_per_day=amount_limits(tool.limit_amount_per_day),
+            amount_path=tool.amount_path,
+            currency_path=tool.currency_path,
+            approve_above=tool.approve_above,
         )
 
     @classmethod

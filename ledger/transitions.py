@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from ledger import digests, jsonenc, keyuse
+from ledger.approvals import refuse_claim
 from ledger.errors import (
     AttemptsExhausted,
     Blocked,
@@ -25,10 +26,12 @@ from ledger.errors import (
 from ledger.halts import active_halt_for, claim_refusal
 from ledger.halts import refusal as halt_refusal
 from ledger.interlocks import blocked_by, cancel_dependents
+from ledger.limits import NON_RECEIPT, LimitExceeded, claim_within_limits, release
 from ledger.metrics import count_transition
 from ledger.models import Effect, EffectEvent, EventKind, Reason
 from ledger.reviewqueue import open_review
 from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
+from ledger.tools import policy_for
 
 # Statuses that end the effect's own story (compensation aside): `resolved_at` is set on entry.
 _RESOLVING = frozenset({Status.CONFIRMED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED})
@@ -186,6 +189,8 @@ def transition(
                 data=data,
             )
             count_transition(effect.status, to)
+            if reason in NON_RECEIPT:
+                release(moved.id)  # proof it never left: its amount stops counting
             _follow_on(moved, actor=actor)
     if superseded or moved is None:
         raise Superseded(effect.id)
@@ -233,6 +238,7 @@ def claim(
         if halt is not None:
             raise halt_refusal(halt)
         return effect, True
+    refuse_claim(effect)  # four-eyes: 409 approval_required while it waits
     if effect.status != Status.PLANNED:
         raise InvalidTransition(
             f"Only a planned effect can be claimed; this one is {effect.status}.",
@@ -246,15 +252,22 @@ def claim(
         )
     moved: Effect | None = None
     waiting: list[dict[str, Any]] = []
+    limited: LimitExceeded | None = None
     with transaction.atomic(savepoint=False):
         # First: it takes the halts' lock shared, which holds any halt back until we commit.
         halted = claim_refusal(effect)
         if halted is None:
             waiting = blocked_by(effect.id, lock=True)
             if not waiting:
-                moved = _claim(effect, owner, claim_id, lease_seconds, actor)
+                moved, limited = claim_within_limits(
+                    effect,
+                    policy_for(effect.tool),
+                    lambda: _claim(effect, owner, claim_id, lease_seconds, actor),
+                )
     if halted is not None:
         raise halted
+    if limited is not None:
+        raise limited
     if waiting:
         raise Blocked("Upstream effects are not confirmed yet.", blocked_by=waiting)
     if moved is None:

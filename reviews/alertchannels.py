@@ -24,6 +24,8 @@ from ledger.webhooks import sign
 
 # Per request; with the sender's time budget this keeps a run inside its django-q2 timeout.
 WEBHOOK_TIMEOUT = 10.0
+# Shorter: an agent's endpoint that hangs must not hold up the operators' alerts behind it.
+CALLBACK_TIMEOUT = 5.0
 
 
 class DeliveryFailed(Exception):
@@ -96,6 +98,37 @@ def send_webhook(alert: Leased) -> None:
         raise DeliveryFailed(f"webhook: {type(exc).__name__}: {exc}") from exc
     if not response.is_success:
         raise DeliveryFailed(f"webhook: HTTP {response.status_code}")
+
+
+def callback_body(alert: Leased) -> bytes:
+    """What an agent's callback receives: which effect moved, from what to what; the effect
+    itself is one GET away (with the agent's key), so no payload data travels here."""
+    document = {k: v for k, v in alert.payload.items() if k not in ("callback_url", "summary")}
+    document["id"] = str(alert.id)
+    return json.dumps(document, cls=ExactJSONEncoder, sort_keys=True).encode()
+
+
+def send_callback(alert: Leased) -> None:
+    """POST a status change to the effect's callback_url (ledger.notifications), signed with
+    LEDGER_CALLBACK_SECRET as the alert webhook is; the alert id is the Idempotency-Key."""
+    body = callback_body(alert)
+    headers = {
+        "Content-Type": "application/json",
+        "Idempotency-Key": str(alert.id),
+        "X-Ledger-Signature": sign(settings.LEDGER_CALLBACK_SECRET, int(time.time()), body),
+    }
+    try:
+        response = httpx.post(
+            alert.payload["callback_url"],
+            content=body,
+            headers=headers,
+            timeout=CALLBACK_TIMEOUT,
+            follow_redirects=False,  # only the allow-listed host, never where it points us
+        )
+    except httpx.HTTPError as exc:
+        raise DeliveryFailed(f"callback: {type(exc).__name__}: {exc}") from exc
+    if not response.is_success:
+        raise DeliveryFailed(f"callback: HTTP {response.status_code}")
 
 
 def channels() -> dict[str, Callable[[Leased], None]]:

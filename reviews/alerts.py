@@ -8,7 +8,9 @@ runs. An item first seen already overdue gets only the overdue alert.
 `send_due` (another schedule, every minute) leases one alert at a time (`ledger.outbox`),
 delivers it to every configured channel that has not taken it yet, outside any transaction,
 and records the result. Whatever fails is retried after a backoff, so each alert reaches each
-channel at least once. Halts and limit breaches enqueue through `ledger.outbox.notify`.
+channel at least once. Halts and limit breaches enqueue through `ledger.outbox.notify`; agents'
+callbacks are enqueued by the status-change trigger (`ledger.notifications`) and go only to the
+effect's own callback_url.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from django.db import connection
 
 from ledger.models import Agent, Alert, AlertKind, Effect, ReviewItem
 from ledger.outbox import Leased, finish, lease
-from reviews.alertchannels import DeliveryFailed, channels, subject
+from reviews.alertchannels import DeliveryFailed, channels, send_callback, subject
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 TIME_BUDGET = 30.0
 # The fraction of an item's time after which it is "due soon".
 DUE_SOON = 0.75
+# Tries of one agent callback (backoff 30 s … 8 min between them, ledger.outbox.retry_delay).
+CALLBACK_ATTEMPTS = 6
 
 
 def sweep() -> int:
@@ -72,6 +76,8 @@ def sweep() -> int:
 def process_one(alert: Leased) -> bool:
     """Deliver one leased alert to the channels that have not taken it. Returns whether it is
     now sent; a failure leaves it for a later attempt."""
+    if alert.kind == AlertKind.CALLBACK:
+        return _process_callback(alert)
     configured = channels()
     if not configured:
         # Nobody configured a channel: the log is the channel, and the alert is not kept
@@ -92,6 +98,23 @@ def process_one(alert: Leased) -> bool:
     if error:
         log.warning("alert %s, attempt %s, not delivered: %s", alert.id, alert.attempt, error)
     return finish(alert, delivered, error) and not error
+
+
+def _process_callback(alert: Leased) -> bool:
+    """An agent's callback goes to its own URL only. Unlike an operator's alert it is given up
+    after CALLBACK_ATTEMPTS (the effect itself stays readable, also by long poll): an agent
+    that went away must not keep the sender busy for ever."""
+    try:
+        send_callback(alert)
+    except DeliveryFailed as exc:
+        if alert.attempt >= CALLBACK_ATTEMPTS:
+            log.warning("callback %s given up after %s attempts: %s", alert.id, alert.attempt, exc)
+            finish(alert, ["abandoned"])
+            return False
+        log.warning("callback %s, attempt %s, not delivered: %s", alert.id, alert.attempt, exc)
+        finish(alert, [], str(exc))
+        return False
+    return finish(alert, ["callback"])
 
 
 def send_due(budget: float = TIME_BUDGET) -> dict[str, int]:

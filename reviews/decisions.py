@@ -1,4 +1,6 @@
-"""Operator decisions: confirm, mark failed, retry, compensate, cancel.
+"""Operator decisions: confirm, mark failed, retry, compensate, cancel; and the four-eyes ones,
+approve and reject (`reviews.approvals`: an effect above its approval threshold, or a retry
+another operator proposed on nothing but their word that the provider never received it).
 
 A decision is its own effect (kind `decision`, status `confirmed`, `parent` = the target) and is
 recorded in ONE transaction with the target's transition and the review item's resolution
@@ -15,21 +17,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from ledger.compensation import compensate
 from ledger.decisions import record_decision, resolve_review
 from ledger.errors import AttemptsExhausted, InvalidTransition, Refused, ValidationFailed
-from ledger.models import Effect, Reason, ReviewItem
-from ledger.recovery import database_now, last_lookup, retry_ground
+from ledger.models import Effect, Reason, RetryProposal, ReviewItem
+from ledger.recovery import VERIFIED_ABSENT, database_now, last_lookup, retry_ground
 from ledger.reviewqueue import open_review
 from ledger.states import Kind, Status
 from ledger.tools import Policy, policy_for
 from ledger.transitions import SqlExpr, Superseded, transition
 from reconcilers.execution import can_execute, execute_after_commit
+from reviews.approvals import (
+    check_second_pair,
+    close_proposal,
+    pending_proposal,
+    supersede_stale,
+    waits_for_second_pair,
+)
 
 CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL = "confirm", "fail", "retry", "compensate", "cancel"
-ACTIONS = (CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL)
+APPROVE, REJECT = "approve", "reject"
+ACTIONS = (CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL, APPROVE, REJECT)
+# How the decision effect names a retry that waits for a second operator.
+PROPOSE_RETRY = "propose_retry"
 
 # Which statuses each action may start from (the state machine decides the rest).
 _FROM: dict[str, frozenset[Status]] = {
@@ -38,6 +50,9 @@ _FROM: dict[str, frozenset[Status]] = {
     RETRY: frozenset({Status.UNKNOWN}),
     COMPENSATE: frozenset({Status.CONFIRMED}),
     CANCEL: frozenset({Status.PLANNED}),
+    # From unknown only while a retry proposal waits (`reviews.approvals` checks).
+    APPROVE: frozenset({Status.AWAITING_APPROVAL, Status.UNKNOWN}),
+    REJECT: frozenset({Status.AWAITING_APPROVAL, Status.UNKNOWN}),
 }
 
 
@@ -75,9 +90,17 @@ class Decided:
     follow_up: Effect | None = None
 
 
-def allowed_actions(effect: Effect) -> list[str]:
-    """The actions the page offers for this effect (the domain checks again on submit)."""
-    actions = [a for a in ACTIONS if effect.status in _FROM[a]]
+def allowed_actions(effect: Effect, user: User | None = None) -> list[str]:
+    """The actions the page offers for this effect to `user` (the domain checks again on
+    submit): approve and reject only where something waits for them, and not to the operator
+    who asked for it."""
+    actions = [a for a in ACTIONS if effect.status in _FROM[a] and a not in (APPROVE, REJECT)]
+    waits, asker = waits_for_second_pair(effect)
+    if waits:
+        if RETRY in actions:
+            actions.remove(RETRY)  # one proposal at a time
+        if user is None or user.get_username() != asker:
+            actions += [APPROVE, REJECT]
     if _manual_compensation(effect):
         actions.append(CONFIRM)
     if RETRY in actions and effect.attempt >= effect.max_attempts:
@@ -95,10 +118,16 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
     if target.version != ask.expected_version:
         raise _lost(target, ask.expected_version)
     _check_status(target, ask)
+    proposal = check_second_pair(target, user) if ask.action in (APPROVE, REJECT) else None
     policy = policy_for(target.tool)
     now = database_now()
-    ground = ""
-    if ask.action == RETRY:
+    ground = VERIFIED_ABSENT if proposal is not None else ""
+    if ask.action == RETRY and pending_proposal(target) is not None:
+        raise InvalidTransition(
+            "A retry is already proposed: another operator approves or rejects it.",
+            status=target.status,
+        )
+    if ask.action in (RETRY, APPROVE) and target.status == Status.UNKNOWN:
         if target.attempt >= target.max_attempts:
             raise AttemptsExhausted(
                 f"All {target.max_attempts} attempts have been used; confirm, mark failed or "
@@ -111,7 +140,7 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
             policy,
             now=now,
             last_lookup=last_lookup(target),
-            verified_absent=ask.verified_absent,
+            verified_absent=ask.verified_absent or proposal is not None,
         )
         if not ground:
             raise RetryUnsafe(
@@ -119,22 +148,56 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
                 "(or its memory of it has expired) and has not said it never received it. "
                 "Check with the provider and record what you found, or confirm / mark failed.",
             )
+    # Only the operator's word that it never arrived: a second operator must confirm the retry.
+    proposing = ask.action == RETRY and ground == VERIFIED_ABSENT
+    # Proposing or rejecting a retry leaves the effect unknown: its review item stays open.
+    settles = not proposing and not (ask.action == REJECT and proposal is not None)
     open_item = ReviewItem.objects.filter(effect=target, resolved_at__isnull=True).first()
     actor = f"operator:{user.get_username()}"
     decision_id = uuid.uuid4()
     try:
         with transaction.atomic():
-            moved, follow_up = _carry_out(target, ask, policy, actor, decision_id, ground)
-            if open_item is not None and not resolve_review(
-                open_item, decision_id=decision_id, user=user, summary=_summary(ask)
+            moved, follow_up = (
+                (target, None)
+                if proposing
+                else _carry_out(target, ask, policy, actor, decision_id, ground)
+            )
+            if (
+                settles
+                and open_item is not None
+                and not resolve_review(
+                    open_item, decision_id=decision_id, user=user, summary=_summary(ask)
+                )
+            ):
+                raise Superseded(target.id)
+            if proposal is not None and not close_proposal(
+                proposal, user=user, outcome="confirmed" if ask.action == APPROVE else "rejected"
             ):
                 raise Superseded(target.id)
             decision = _record(
-                decision_id, target, moved, ask, user, actor, ground, open_item, follow_up
+                decision_id,
+                target,
+                moved,
+                ask,
+                user,
+                actor,
+                ground,
+                open_item if settles else None,
+                follow_up,
+                action=PROPOSE_RETRY if proposing else ask.action,
             )
             if decision is None:
                 raise Superseded(target.id)
-    except Superseded:
+            if proposing:
+                supersede_stale(target)
+                RetryProposal.objects.create(
+                    effect=target,
+                    proposed_by=user,
+                    proposal=decision,
+                    evidence=ask.evidence,
+                    effect_version=target.version,
+                )
+    except (Superseded, IntegrityError):  # IntegrityError: another proposal came first
         raise _lost(Effect.objects.get(pk=target.pk), ask.expected_version) from None
     if follow_up is not None and can_execute(follow_up.tool) and ask.action == COMPENSATE:
         execute_after_commit(follow_up.id)
@@ -184,6 +247,8 @@ _PAST = {
     RETRY: "retried",
     COMPENSATE: "compensated",
     CANCEL: "cancelled",
+    APPROVE: "approved",
+    REJECT: "rejected",
 }
 
 
@@ -219,9 +284,16 @@ def _carry_out(
         ), None
     if ask.action == FAIL:
         return transition(target, Status.FAILED, actor=actor, reason=reason, data=data), None
-    if ask.action == CANCEL:
+    if ask.action == CANCEL or (ask.action == REJECT and target.status != Status.UNKNOWN):
         return transition(target, Status.CANCELLED, actor=actor, reason=reason, data=data), None
-    if ask.action == RETRY:
+    if ask.action == REJECT:
+        return target, None  # a rejected retry proposal: the effect stays unknown
+    if ask.action == APPROVE and target.status == Status.AWAITING_APPROVAL:
+        moved = transition(target, Status.PLANNED, actor=actor, reason=reason, data=data)
+        if moved.kind == Kind.COMPENSATION and can_execute(moved.tool):
+            execute_after_commit(moved.id)  # an operator's refund above the threshold
+        return moved, None
+    if ask.action in (RETRY, APPROVE):
         changes = {"next_check_at": None, "checks": 0, "confirm_deadline": None}
         moved = transition(
             target,
@@ -261,6 +333,8 @@ def _record(
     ground: str,
     review: ReviewItem | None,
     follow_up: Effect | None,
+    *,
+    action: str,
 ) -> Effect | None:
     """The operator's ask as a decision effect; None when another decision took its key."""
     asked = {
@@ -278,7 +352,7 @@ def _record(
     return record_decision(
         before,
         after,
-        action=ask.action,
+        action=action,
         reason=ask.reason,
         asked=asked,
         actor=actor,

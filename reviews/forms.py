@@ -15,7 +15,17 @@ from django.utils import timezone
 from ledger.models import Mode, Reason, ReviewItem
 from ledger.roles import ADMIN, OPERATOR
 from ledger.states import Status
-from reviews.decisions import ACTIONS, CANCEL, COMPENSATE, CONFIRM, FAIL, RETRY, Ask
+from reviews.decisions import (
+    ACTIONS,
+    APPROVE,
+    CANCEL,
+    COMPENSATE,
+    CONFIRM,
+    FAIL,
+    REJECT,
+    RETRY,
+    Ask,
+)
 
 AGES = [
     ("lt1d", "Under a day"),
@@ -128,6 +138,8 @@ _SHOWN = {
     RETRY: ("verified_absent", "evidence", "reason", "confirm"),
     COMPENSATE: ("compensation_tool", "compensation_request", "force", "reason", "confirm"),
     CANCEL: ("reason", "confirm"),
+    APPROVE: ("reason", "confirm"),
+    REJECT: ("reason", "confirm"),
 }
 
 

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from ledger import digests
+from ledger import digests, longpoll
 from ledger.agentkeys import issue_key
 from ledger.models import Agent, Effect, EffectEvent, Tool
 from ledger.roles import AUDITOR, OPERATOR, grant
@@ -89,6 +89,14 @@ class AgentClient:
         )
         assert response.status_code == expect, response.content
         return response.json()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's, then: the long-poll listener (ledger.longpoll) holds a connection to the
+    test database, and must let go of it before the database is dropped."""
+    yield
+    longpoll.stop()
 
 
 @pytest.fixture

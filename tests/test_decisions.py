@@ -181,7 +181,7 @@ def test_a_retry_goes_back_to_planned_under_the_same_key(olga, unknown):
     assert decision.provenance["ground"] == "provider_honours_key"
 
 
-def test_a_retry_that_could_duplicate_needs_the_operators_check(olga, make_effect):
+def test_a_retry_that_could_duplicate_needs_the_operators_check(olga, otto, make_effect):
     email = make_effect("unknown", tool="send_email", attempt=1)
     client = signed_in(olga)
     refused = post_decision(client, email, "retry")
@@ -190,13 +190,19 @@ def test_a_retry_that_could_duplicate_needs_the_operators_check(olga, make_effec
     email.refresh_from_db()
     assert email.status == "unknown"
 
-    allowed = post_decision(
+    # On one operator's word it is only a proposal (four-eyes, tests/test_approvals.py) ...
+    proposed = post_decision(
         client, email, "retry", verified_absent="on", evidence="mail log shows no delivery"
     )
-    assert allowed.status_code == 302
+    assert proposed.status_code == 302
+    email.refresh_from_db()
+    assert email.status == "unknown"
+    # ... until a second operator confirms it.
+    assert post_decision(signed_in(otto), email, "approve").status_code == 302
     email.refresh_from_db()
     assert email.status == "planned"
-    assert decisions_on(email)[0].provenance["ground"] == "operator_verified_absent"
+    [approval] = [d for d in decisions_on(email) if d.provenance["action"] == "approve"]
+    assert approval.provenance["ground"] == "operator_verified_absent"
 
 
 def test_a_retry_beyond_the_attempt_cap_is_refused(olga, make_effect):

@@ -21,8 +21,12 @@ REFUSED_CHANGES = [(a, b) for a, b in REFUSED if a != b]
 
 
 def test_the_table_has_the_transitions_the_design_names():
-    assert len(ALLOWED) == 14
+    assert len(ALLOWED) == 16
     assert (Status.PLANNED, Status.DISPATCHING) in TRANSITIONS
+    # Four-eyes: approved or rejected, never claimed straight from awaiting_approval.
+    assert (Status.AWAITING_APPROVAL, Status.PLANNED) in TRANSITIONS
+    assert (Status.AWAITING_APPROVAL, Status.CANCELLED) in TRANSITIONS
+    assert (Status.AWAITING_APPROVAL, Status.DISPATCHING) not in TRANSITIONS
     assert (Status.CONFIRMED, Status.COMPENSATED) in TRANSITIONS
     assert (Status.FAILED, Status.PLANNED) not in TRANSITIONS
     assert (Status.CONFIRMED, Status.FAILED) not in TRANSITIONS

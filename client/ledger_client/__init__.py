@@ -10,6 +10,7 @@ with ledger.effect(run_id, "pay", "charge_card", "acct_42", request) as e:
 from ledger_client.client import EffectBlock, Ledger
 from ledger_client.effect import Effect
 from ledger_client.errors import (
+    ApprovalPending,
     AttemptsExhausted,
     Blocked,
     EffectClosed,
@@ -20,6 +21,7 @@ from ledger_client.errors import (
     LedgerClientError,
     LedgerRequestError,
     LedgerUnavailable,
+    LimitExceeded,
     NeedsReview,
     OutcomeMissing,
     UsageError,
@@ -28,6 +30,7 @@ from ledger_client.heartbeat import Clock
 from ledger_client.recovery import RecoveryItem, RecoveryPlan
 
 __all__ = [
+    "ApprovalPending",
     "AttemptsExhausted",
     "Blocked",
     "Clock",
@@ -42,6 +45,7 @@ __all__ = [
     "LedgerClientError",
     "LedgerRequestError",
     "LedgerUnavailable",
+    "LimitExceeded",
     "NeedsReview",
     "OutcomeMissing",
     "RecoveryItem",

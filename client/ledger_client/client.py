@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
@@ -26,6 +27,7 @@ import httpx
 
 from ledger_client.effect import Effect, describe
 from ledger_client.errors import (
+    ApprovalPending,
     AttemptsExhausted,
     Blocked,
     EffectClosed,
@@ -33,6 +35,7 @@ from ledger_client.errors import (
     Halted,
     LedgerClientError,
     LedgerRequestError,
+    LimitExceeded,
     NeedsReview,
     OutcomeMissing,
 )
@@ -43,6 +46,11 @@ from ledger_client.transport import Transport
 log = logging.getLogger("ledger_client")
 
 StepFunction = Callable[[Effect, dict[str, Any]], Any]
+# The ledger's long poll waits at most 60 s; the HTTP timeout allows for the answer's way back.
+LONG_POLL_MAX = 60
+LONG_POLL_GRACE = 10.0
+# Seconds to wait before polling again when the ledger could not take the long poll.
+LONG_POLL_RETRY = 2.0
 
 
 class Ledger:
@@ -156,6 +164,57 @@ class Ledger:
     def get(self, effect_id: str) -> dict[str, Any]:
         return self.transport.request("GET", f"/effects/{effect_id}")[1]
 
+    def wait_for_change(
+        self, effect_id: str, *, status: str | None = None, timeout: float = 60.0
+    ) -> dict[str, Any]:
+        """Return the effect as soon as its status is no longer `status` (default: its status
+        now), or as it is once `timeout` seconds have passed, whichever comes first. Uses the
+        ledger's long poll (`GET /effects/{id}?wait=N`), so no time is lost between polls."""
+        deadline = time.monotonic() + timeout
+        record = self.get(effect_id) if status is None else None
+        known = status if status is not None else record["status"]  # type: ignore[index]
+        while (left := deadline - time.monotonic()) >= 1:
+            wait = min(LONG_POLL_MAX, int(left))
+            asked = time.monotonic()
+            _, record = self.transport.request(
+                "GET",
+                f"/effects/{effect_id}",
+                params={"wait": wait},
+                timeout=wait + LONG_POLL_GRACE,
+            )
+            if record["status"] != known:
+                return record
+            if time.monotonic() - asked < wait - 1:
+                # Answered early, unchanged: the ledger had no place to wait (it said
+                # Retry-After); ask again a little later rather than at once.
+                time.sleep(min(LONG_POLL_RETRY, max(0.0, deadline - time.monotonic())))
+        return record if record is not None else self.get(effect_id)
+
+    def wait_for_approval(
+        self,
+        effect_id: str,
+        *,
+        timeout: float = 3600.0,
+        interval: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict[str, Any]:
+        """Poll the effect until an operator has decided (it leaves `awaiting_approval`) and
+        return it: `planned` when approved (enter the effect block again to claim and run it),
+        `cancelled` when rejected. Raises `ApprovalPending` when `timeout` seconds pass first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self.get(effect_id)
+            if record["status"] != "awaiting_approval":
+                return record
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ApprovalPending(
+                    f"Effect {effect_id} still waits for approval after {timeout:g} s.",
+                    effect_id,
+                    record,
+                )
+            sleep(min(interval, left))
+
     def recover(
         self, run_id: str | None = None, *, owner: str | None = None, dry_run: bool = False
     ) -> RecoveryPlan:
@@ -196,6 +255,8 @@ class Ledger:
             return Effect(self.transport, record, replayed=False, heartbeat=heartbeat)
         if record["status"] == "confirmed":
             return Effect(self.transport, record, replayed=True)
+        if record["status"] == "awaiting_approval":
+            raise _approval_pending(name, str(record["id"]), record)
         raise _not_claimable(name, record)
 
 
@@ -253,8 +314,15 @@ def _refusal(name: str, exc: LedgerRequestError) -> LedgerClientError:
         )
     if exc.code == "effect_key_conflict":
         return EffectKeyConflict(f"Effect {name}: {exc.detail}")
+    if exc.code == "approval_required":
+        return _approval_pending(name, str(exc.body.get("id", "")), None)
     if exc.code == "halted":
         return Halted(f"Effect {name}: {exc.detail}", exc.body.get("halt") or {})
+    if exc.code == "limit_exceeded":
+        retry_after = int(exc.body.get("retry_after") or 60)
+        return LimitExceeded(
+            f"Effect {name}: {exc.detail}", retry_after, exc.body.get("limit") or {}
+        )
     if exc.code == "invalid_transition":
         status = str(exc.body.get("status", "dispatching"))
         return NeedsReview(
@@ -263,6 +331,15 @@ def _refusal(name: str, exc: LedgerRequestError) -> LedgerClientError:
             status,
         )
     return exc
+
+
+def _approval_pending(name: str, effect_id: str, record: dict[str, Any] | None) -> ApprovalPending:
+    return ApprovalPending(
+        f"Effect {name} is above its tool's approval threshold and waits for an operator; "
+        "call wait_for_approval() and run it again once approved.",
+        effect_id,
+        record,
+    )
 
 
 def _not_claimable(name: str, record: dict[str, Any]) -> LedgerClientError:

@@ -76,6 +76,27 @@ class Halted(EffectRefused):
         self.halt = halt
 
 
+class ApprovalPending(EffectRefused):
+    """The effect's amount is above its tool's approval threshold: it waits for an operator's
+    approval (four-eyes) and must not be executed yet. `effect_id` names it for
+    `Ledger.wait_for_approval`, which returns once an operator has decided."""
+
+    def __init__(self, message: str, effect_id: str, effect: dict[str, Any] | None = None) -> None:
+        super().__init__(message, effect)
+        self.effect_id = effect_id
+
+
+class LimitExceeded(EffectRefused):
+    """A limit of the tool or the agent (claims per minute, amount per 24 h) refused the claim:
+    nothing was counted and the effect is still planned. Try again after `retry_after` seconds;
+    `limit` says which limit, its current value and its maximum."""
+
+    def __init__(self, message: str, retry_after: int, limit: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.limit = limit
+
+
 class LeaseLost(LedgerClientError):
     """Our lease expired or was taken over, so our outcome was not recorded as the effect's
     state (the ledger keeps it as a late report). Recovery decides what happens next."""

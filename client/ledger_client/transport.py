@@ -44,16 +44,31 @@ class Transport:
     def close(self) -> None:
         self.http.close()
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, dict[str, Any]]:
         """(status, JSON body) of the first answer that is not a 503; raises
-        `LedgerRequestError` for any other 4xx/5xx and `LedgerUnavailable` when retries run out."""
+        `LedgerRequestError` for any other 4xx/5xx and `LedgerUnavailable` when retries run out.
+        `timeout` replaces the client's for this call (a long poll waits longer)."""
         last: str = ""
         for attempt in range(self.retries + 1):
             if attempt:
                 delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1))
                 time.sleep(delay * random.uniform(0.5, 1.0))
             try:
-                response = self.http.request(method, path, json=body)
+                response = self.http.request(
+                    method,
+                    path,
+                    json=body,
+                    params=params,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 log.warning("ledger %s %s failed (%s); retrying", method, path, last)

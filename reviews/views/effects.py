@@ -19,6 +19,7 @@ from ledger.states import Kind
 from ledger.tools import policy_for
 from reconcilers.execution import can_execute
 from reviews.access import actor, reader
+from reviews.approvals import waits_for_second_pair
 from reviews.decisions import COMPENSATE, allowed_actions
 from reviews.decisions import decide as record_decision
 from reviews.forms import DecisionForm, valid_action
@@ -42,7 +43,7 @@ def _suggested_compensation(effect: Effect) -> str:
     return _pretty(request) if request else "{}"
 
 
-def _context(effect_id: uuid.UUID, forms: dict[str, DecisionForm] | None = None) -> dict:
+def _context(effect_id: uuid.UUID, user: Any, forms: dict[str, DecisionForm] | None = None) -> dict:
     effect = get_object_or_404(
         Effect.objects.select_related("agent", "parent", "parent__agent"), pk=effect_id
     )
@@ -63,7 +64,8 @@ def _context(effect_id: uuid.UUID, forms: dict[str, DecisionForm] | None = None)
         .select_related("assignee", "resolved_by")
         .order_by("-opened_at")
     )
-    actions = allowed_actions(effect)
+    actions = allowed_actions(effect, user)
+    waits, asker = waits_for_second_pair(effect)
     forms = forms or {}
     for action in actions:
         if action not in forms:
@@ -83,6 +85,8 @@ def _context(effect_id: uuid.UUID, forms: dict[str, DecisionForm] | None = None)
         "reviews": reviews,
         "open_review": next((r for r in reviews if r.resolved_at is None), None),
         "forms": [(action, forms[action]) for action in actions],
+        # Four-eyes: who asked for what waits (the page tells them another operator decides).
+        "four_eyes_asker": asker if waits else None,
         "executes": can_execute(effect.tool) if effect.kind == Kind.COMPENSATION else None,
         "request_json": _pretty(effect.request),
         "response_json": _pretty(effect.response),
@@ -94,7 +98,7 @@ def _context(effect_id: uuid.UUID, forms: dict[str, DecisionForm] | None = None)
 @require_GET
 @reader
 def detail(request: HttpRequest, effect_id: uuid.UUID) -> HttpResponse:
-    return render(request, "reviews/effect.html", _context(effect_id))
+    return render(request, "reviews/effect.html", _context(effect_id, request.user))
 
 
 @require_POST
@@ -119,11 +123,11 @@ def decide(request: HttpRequest, effect_id: uuid.UUID, action: str) -> HttpRespo
                 note += f" Compensation {decided.follow_up.id} recorded."
             messages.success(request, note)
             if request.htmx:
-                context = _context(effect_id)
+                context = _context(effect_id, request.user)
                 return render(request, "reviews/effect.html#page", context)
             return redirect("effect", effect_id=effect_id)
     # A refusal (409) means the effect moved on: show it as it is now, with fresh forms.
-    context = _context(effect_id, None if problem else {action: form})
+    context = _context(effect_id, request.user, None if problem else {action: form})
     context["problem"], context["problem_action"] = problem, action
     template = "reviews/effect.html#page" if request.htmx else "reviews/effect.html"
     return render(request, template, context, status=status)
