@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 from django.db import connection
 from django.test import Client
 
+from config.stack import database_url, free_port, gunicorn_argv
 from ledger.models import Effect, EffectEvent, ReviewItem
 from ledger.transitions import record_event
-from tests.conftest import events_of
+from tests.conftest import ROOT, events_of
 
 CHARGE = {"amount": "10.00", "currency": "EUR", "account": "acct_42"}
 # charge_card's settle_after in tools.toml is 2 minutes: a lease that ran out 3 minutes ago
@@ -83,3 +89,46 @@ def checks_of(effect: dict) -> list[EffectEvent]:
 def reviews_of(effect: dict) -> list[tuple[str, bool]]:
     items = ReviewItem.objects.filter(effect_id=effect["id"]).order_by("id")
     return [(item.reason, item.resolved_at is None) for item in items]
+
+
+@contextmanager
+def gunicorn_on_test_database(
+    tmp_path: Path, *, workers: int, threads: int, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """A real gunicorn serving the test database, for tests that need several worker
+    processes: yields (its URL, the process, its log file), once /health answers."""
+    log = tmp_path / "gunicorn.log"
+    port = free_port()
+    full_env = {
+        **os.environ,
+        "DATABASE_URL": database_url(os.environ["DATABASE_URL"], connection.settings_dict["NAME"]),
+        **(env or {}),
+    }
+    argv = gunicorn_argv(
+        "config.wsgi:application", f"127.0.0.1:{port}", workers=workers, threads=threads
+    )
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            try:
+                if httpx.get(f"{url}/api/v1/health", timeout=1, trust_env=False).is_success:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield url, proc, log
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)

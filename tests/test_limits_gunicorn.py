@@ -4,9 +4,6 @@ that would exceed it, forced: a second claim while the first one's charge is unc
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -18,13 +15,13 @@ import httpx
 import pytest
 from django.db import connection, transaction
 
-from config.stack import database_url, free_port, gunicorn_argv
 from ledger.agentkeys import issue_key
 from ledger.intents import Intent, record_intent
 from ledger.limits import LimitExceeded
 from ledger.models import Agent, AmountCharge, LimitCounter, Tool
 from ledger.tools import policy_for
 from ledger.transitions import claim
+from tests.factories import gunicorn_on_test_database
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = 16
@@ -34,34 +31,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def server(tools, tmp_path) -> Iterator[str]:
-    log = tmp_path / "gunicorn.log"
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(os.environ["DATABASE_URL"], connection.settings_dict["NAME"]),
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
-    }
-    argv = gunicorn_argv("config.wsgi:application", f"127.0.0.1:{port}", workers=2, threads=8)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, log.read_text()[-2000:]
-            assert time.monotonic() < deadline, log.read_text()[-2000:]
-            try:
-                if httpx.get(f"{url}/api/v1/health", timeout=1, trust_env=False).is_success:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+    with gunicorn_on_test_database(
+        tmp_path, workers=2, threads=8, env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    ) as (url, _proc, _log):
         yield url
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
 
 
 def _claim_all(url: str, key: str, amount: str) -> Counter[int]:

@@ -12,19 +12,17 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
-from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.stack import database_url, free_port, gunicorn_argv
 from ledger.agentkeys import issue_key
 from ledger.models import Agent
+from tests.factories import gunicorn_on_test_database
 from tests.logscan import find_secrets, known_secrets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,36 +35,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def server(tools, tmp_path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path, Path]]:
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
-    log = tmp_path / "gunicorn.log"
-    port = free_port()
     env = {
-        **os.environ,
-        "DATABASE_URL": database_url(os.environ["DATABASE_URL"], connection.settings_dict["NAME"]),
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         "LEDGER_METRICS_TOKEN": TOKEN,
         "LEDGER_METRICS_REFRESH": "1",
     }
-    argv = gunicorn_argv("config.wsgi:application", f"127.0.0.1:{port}", workers=2, threads=4)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, log.read_text()[-2000:]
-            assert time.monotonic() < deadline, log.read_text()[-2000:]
-            try:
-                if httpx.get(f"{url}/api/v1/health", timeout=1, trust_env=False).is_success:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+    with gunicorn_on_test_database(tmp_path, workers=2, threads=4, env=env) as (url, proc, log):
         yield url, proc, metrics_dir, log
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
 
 
 def _scrape(url: str) -> float:
