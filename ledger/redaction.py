@@ -27,7 +27,9 @@ _SECRET_NAME = re.compile(
 # on its own: a run glued to letters is part of an identifier (a provider's
 # "ch_3f41111111111111111a9"), not a card number someone wrote down.
 _GROUP_SEPARATOR = r"[ \t\u00a0\u2007\u202f._/-]{1,2}"
-_DIGIT_RUN = re.compile(rf"(?<![^\W_])\d+(?:{_GROUP_SEPARATOR}\d+)*(?![^\W_])")
+# A run that follows a hex group and a hyphen continues an identifier, not a card: the
+# all-decimal tail of a UUID ("…-444e-9123-456789012345") is not a card number.
+_DIGIT_RUN = re.compile(rf"(?<![^\W_])(?<![0-9A-Fa-f]-)\d+(?:{_GROUP_SEPARATOR}\d+)*(?![^\W_])")
 
 
 def luhn_valid(digits: str) -> bool:

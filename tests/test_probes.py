@@ -298,3 +298,12 @@ def test_every_formula_trigger_gets_the_apostrophe(make_effect, text):
 @pytest.mark.parametrize("text", ["plain", "a=b", "12-3", "acct_42", "ünïcode"])
 def test_ordinary_text_is_left_alone(make_effect, text):
     assert guarded(make_effect, text) == text
+
+
+def test_the_all_decimal_tail_of_a_uuid_is_not_taken_for_a_card_number():
+    # Found by the log scan: rq logged a list of effect ids whose tail was Luhn-valid.
+    ids = "['eb591417-3e39-4ad8-9a15-bad4be041372', '1d891d94-3062-444e-4111-111111111111'"
+    assert scrub_cards(ids) == ids
+    assert scrub_cards(f"order-{VISA[:4]}-{VISA[4:8]}-{VISA[8:12]}-{VISA[12:]}").startswith(
+        "order-[card:"
+    )
