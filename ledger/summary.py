@@ -138,18 +138,15 @@ class SummaryCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s = self.summary()
-        effects = GaugeMetricFamily(
-            "ledger_effects", "Effects by tool and status.", labels=["tool", "status"]
+        yield _labelled(
+            "ledger_effects", "Effects by tool and status.", ["tool", "status"], s.effects
         )
-        for (tool, status), n in sorted(s.effects.items()):
-            effects.add_metric([tool, status], n)
-        yield effects
-        reviews = GaugeMetricFamily(
-            "ledger_review_items_open", "Open review items by reason.", labels=["reason"]
+        yield _labelled(
+            "ledger_review_items_open",
+            "Open review items by reason.",
+            ["reason"],
+            {(reason,): n for reason, n in s.reviews_open.items()},
         )
-        for reason, n in sorted(s.reviews_open.items()):
-            reviews.add_metric([reason], n)
-        yield reviews
         yield GaugeMetricFamily(
             "ledger_review_items_overdue", "Open review items past due_at.", value=s.reviews_overdue
         )
@@ -175,12 +172,12 @@ class SummaryCollector(Collector):
             value=s.oldest_alert_seconds,
         )
         if s.halts_active is not None:
-            halts = GaugeMetricFamily(
-                "ledger_halts_active", "Active halts by scope.", labels=["scope"]
+            yield _labelled(
+                "ledger_halts_active",
+                "Active halts by scope.",
+                ["scope"],
+                {(scope,): n for scope, n in s.halts_active.items()},
             )
-            for scope, n in sorted(s.halts_active.items()):
-                halts.add_metric([scope], n)
-            yield halts
         yield GaugeMetricFamily(
             "ledger_checks_due", "Reconciliation checks due now.", value=s.checks_due
         )
@@ -194,3 +191,13 @@ class SummaryCollector(Collector):
             "Seconds since this process last read the summary the gauges above come from.",
             value=time.monotonic() - self._read_at,
         )
+
+
+def _labelled(
+    name: str, documentation: str, labels: list[str], values: dict[tuple[str, ...], int]
+) -> GaugeMetricFamily:
+    """A gauge with one sample per label tuple, in a stable order."""
+    gauge = GaugeMetricFamily(name, documentation, labels=labels)
+    for key, n in sorted(values.items()):
+        gauge.add_metric(list(key), n)
+    return gauge
