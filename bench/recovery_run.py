@@ -79,7 +79,7 @@ def rq_workers(
                         "rqworker",
                         "default",
                         "--worker-class",
-                        "rq.SimpleWorker",
+                        "reconcilers.worker.LedgerWorker",
                         "--name",
                         f"bench-recovery-{os.getpid()}-{number}",
                     ),

@@ -312,6 +312,8 @@ if LOG_FORMAT not in ("json", "plain"):
 
     raise ImproperlyConfigured("LOG_FORMAT must be json or plain.")
 
+# ledger.jsonlog.configure also routes Python warnings into these handlers.
+LOGGING_CONFIG = "ledger.jsonlog.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.config
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -78,3 +79,11 @@ class JsonFormatter(logging.Formatter):
                 for name, value in entry.items()
             }
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def configure(config: dict[str, Any]) -> None:
+    """Django's LOGGING_CONFIG: the dictionary applied, and Python's warnings routed through
+    logging (logger `py.warnings`), so that a library's warning is a JSON line like the rest
+    instead of bare text on stderr."""
+    logging.config.dictConfig(config)
+    logging.captureWarnings(True)
