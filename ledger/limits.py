@@ -1,60 +1,55 @@
 """Limits: at most N claims per calendar minute and at most an amount per rolling 24 hours, per
-tool (declared in tools.toml) and per agent (set by an admin), checked inside the claim's own
-transaction so that a limit is never exceeded, not even by one.
+tool (declared in tools.toml) and per agent (set by an admin), so that a limit is never
+exceeded, not even by one.
 
-Claims per minute: a counter row per (scope, minute) in `LimitCounter`, created by
-`INSERT … ON CONFLICT DO NOTHING` and raised by `UPDATE … SET used = used + 1 WHERE … AND
-used + 1 <= max`. Concurrent claims under the same limit queue on that row's lock, and
-PostgreSQL re-checks the condition against the row as the previous holder committed it.
+PostgreSQL enforces them: a trigger on every claim (`planned → dispatching`, or an effect
+inserted `dispatching`) counts it, in the claim's own statement, whichever process makes it
+(migration 0014 holds the SQL and the reasoning). In short:
 
-Amount per rolling 24 h: one `AmountCharge` row per (effect, limit), and the check sums the
-limit's charges of the last 24 hours. Counter rows per hour would make the window 24 to 25
-hours long and could not tell which bucket to release an effect's amount from; a row per
-effect is exact (a truly rolling window), counts an amount once per effect (its unique
-constraint) and is simply deleted on a proof of non-receipt. The sum is ordered by a lock on
-a per-(scope, currency) `LimitCounter` row (period "24h"), taken in a statement of its own
-before the summing INSERT, whose snapshot therefore sees every charge committed by the
-previous holder. Only claims under the same limit and currency wait for each other.
+- claims per minute: a counter row per (scope, minute) raised by a conditional UPDATE
+  (`used + 1 <= max`), so only claims under the same limit wait for each other;
+- amount per rolling 24 h: one `AmountCharge` row per (effect, limit), summed over the last
+  24 hours under a lock on a per-(scope, currency) row. A row per effect makes the window truly
+  rolling, counts an amount once per effect, and is deleted on a proof of non-receipt
+  (`release`);
+- the tool's limits before the agent's, minute before amount: locks are always taken in the
+  same order.
 
-Order: the tool's limits before the agent's, minute before amount, so two claims never take
-the same locks in opposite orders. All of it runs in a savepoint with the claim itself: a
-refusal by the agent's limit, or a claim that loses its race, takes back what the tool's
-limit had counted. A refusal enqueues one `limit_exceeded` alert per (limit, window).
+A refusal raises `ledger_limit_exceeded`; the statement, with every count it took, rolls back,
+and `refusal_from_trigger` turns it into the 429. The caller enqueues one `limit_exceeded` alert
+per (limit, window) once its transaction is over (`LimitExceeded.alert`).
 
-Amounts compare as integer minor units of their currency (ISO 4217 exponent), never floats.
+This module keeps what Python must know before the claim: reading a request's amount at the
+tool's paths (an intent without one is 422), and minor units (ISO 4217 exponents; the trigger
+has a copy, tests/test_limits_trigger.py checks that they agree). Amounts compare as integer
+minor units, never floats.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection
 
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.jsonenc import ExactJSONDecoder
-from ledger.models import Agent, AmountCharge, Effect, LimitCounter
+from ledger.models import AmountCharge
 from ledger.outbox import notify
 
-_COUNTERS = LimitCounter._meta.db_table
 _CHARGES = AmountCharge._meta.db_table
-_AGENTS = Agent._meta.db_table
-DAY_SECONDS = 86400
+# What the claim trigger raises (SQLSTATE P0001, the limit as JSON in DETAIL).
+TRIGGER_MESSAGE = "ledger_limit_exceeded"
 # ISO 4217 minor-unit exponents that differ from 2; any other currency has 2.
-_EXPONENTS = {
+EXPONENTS = {
     "BHD": 3, "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0,
     "KMF": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3, "PYG": 0, "RWF": 0, "TND": 3, "UGX": 0,
     "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
 }  # fmt: skip
 # Transitions that prove the request never reached the provider: its amount is released.
 NON_RECEIPT = frozenset({"not_sent", "never_received", "never_sent"})
-# The minute a claim counts in, by the transaction's clock, as text (the counter's period).
-_MINUTE = "to_char(date_trunc('minute', now() AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"HH24:MI\"Z\"')"
-_HOUR = "to_char(date_trunc('hour', now() AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"HH24\"Z\"')"
 
 
 class LimitExceeded(LedgerError):
@@ -79,7 +74,7 @@ class Money:
 
 
 def exponent(currency: str) -> int:
-    return _EXPONENTS.get(currency, 2)
+    return EXPONENTS.get(currency, 2)
 
 
 def to_minor(amount: Any, currency: str) -> int:
@@ -172,61 +167,18 @@ def amount_of(policy: Any, request: Any) -> Money | None:
     return Money(currency, minor)
 
 
-@dataclass(frozen=True)
-class _Scope:
-    key: str  # "tool:<name>" / "agent:<id>": the counters' scope
-    shown: str  # "tool:<name>" / "agent:<name>": what people read
-    per_minute: int | None
-    per_day: Mapping[str, int]
-
-
-class _Over(Exception):
-    def __init__(self, refusal: LimitExceeded) -> None:
-        self.refusal = refusal
-
-
-class _Lost(Exception):
-    """The claim itself lost its race: undo what the limits counted for it."""
-
-
-def _scopes(effect: Effect, policy: Any) -> list[_Scope]:
-    scopes = []
-    if policy.limit_claims_per_minute or policy.limit_amount_per_day:
-        scopes.append(
-            _Scope(
-                f"tool:{policy.name}",
-                f"tool:{policy.name}",
-                policy.limit_claims_per_minute,
-                policy.limit_amount_per_day,
-            )
-        )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT name, limit_claims_per_minute, limit_amount_per_day FROM {_AGENTS} "
-            "WHERE id = %s AND (limit_claims_per_minute IS NOT NULL "
-            "OR limit_amount_per_day <> '{}'::jsonb)",
-            [effect.agent_id],
-        )
-        row = cursor.fetchone()
-    if row is not None:
-        # Django has psycopg hand jsonb over as text.
-        raw = row[2] if isinstance(row[2], Mapping) else json.loads(row[2], cls=ExactJSONDecoder)
-        scopes.append(
-            _Scope(f"agent:{effect.agent_id}", f"agent:{row[0]}", row[1], amount_limits(raw))
-        )
-    return scopes
-
-
-def _refusal(
-    scope: _Scope,
-    what: str,
-    current: int,
-    maximum: int,
-    retry_after: int,
-    window: str,
-    currency: str = "",
-) -> LimitExceeded:
-    which = f"{scope.shown}:{what}" + (f":{currency}" if currency else "")
+def refusal_from_trigger(exc: DatabaseError) -> LimitExceeded | None:
+    """The 429 for the claim trigger's `ledger_limit_exceeded` (migration 0014), or None for
+    any other database error. DETAIL holds the limit; amounts in minor units."""
+    diag = getattr(exc.__cause__, "diag", None)
+    if diag is None or diag.message_primary != TRIGGER_MESSAGE:
+        return None
+    raw = json.loads(diag.message_detail or "{}")
+    currency = raw.get("currency") or ""
+    current, maximum = raw.get("current") or 0, raw.get("max") or 0
+    if currency:
+        current, maximum = _major(current, currency), _major(maximum, currency)
+    which, retry_after = raw.get("which", ""), int(raw.get("retry_after") or 60)
     limit: dict[str, Any] = {
         "which": which,
         "current": current,
@@ -235,126 +187,15 @@ def _refusal(
     }
     if currency:
         limit["currency"] = currency
-        limit["current"] = _major(current, currency)
-        limit["max"] = _major(maximum, currency)
-    detail = (
-        f"Limit {which} reached: {limit['current']} of {limit['max']}; retry in {retry_after} s."
-    )
+    detail = f"Limit {which} reached: {current} of {maximum}; retry in {retry_after} s."
     refusal = LimitExceeded(detail, limit=limit, retry_after=retry_after)
-    refusal.alert_key = f"{which}:{window}"
+    # One alert per (limit, window): the minute for claims, the hour for amounts.
+    refusal.alert_key = f"{which}:{raw.get('window', '')}"
     return refusal
 
 
 def _major(minor: int, currency: str) -> str:
     return str(Decimal(minor).scaleb(-exponent(currency)))
-
-
-def _count_claim(cursor: Any, scope: _Scope) -> None:
-    assert scope.per_minute is not None
-    cursor.execute(
-        f"INSERT INTO {_COUNTERS} (scope, period, currency, used) VALUES (%s, {_MINUTE}, '', 0) "
-        "ON CONFLICT (scope, period, currency) DO NOTHING",
-        [scope.key],
-    )
-    cursor.execute(
-        f"UPDATE {_COUNTERS} SET used = used + 1 WHERE scope = %s AND period = {_MINUTE} "
-        "AND currency = '' AND used + 1 <= %s RETURNING used",
-        [scope.key, scope.per_minute],
-    )
-    if cursor.fetchone() is not None:
-        return
-    cursor.execute(
-        f"SELECT used, {_MINUTE}, 60 - floor(extract(second FROM now()))::int FROM {_COUNTERS} "
-        f"WHERE scope = %s AND period = {_MINUTE} AND currency = ''",
-        [scope.key],
-    )
-    used, minute, retry_after = cursor.fetchone()
-    refusal = _refusal(scope, "claims_per_minute", used, scope.per_minute, retry_after, minute)
-    raise _Over(refusal)
-
-
-def _charge(cursor: Any, scope: _Scope, effect: Effect, money: Money) -> None:
-    maximum = scope.per_day.get(money.currency)
-    if maximum is None:
-        return  # this scope caps other currencies only
-    cursor.execute(
-        f"SELECT 1 FROM {_CHARGES} WHERE effect_id = %s AND scope = %s", [effect.id, scope.key]
-    )
-    if cursor.fetchone() is not None:
-        return  # counted once per effect: a retry of the same effect adds nothing
-    cursor.execute(
-        f"INSERT INTO {_COUNTERS} (scope, period, currency, used) VALUES (%s, '24h', %s, 0) "
-        "ON CONFLICT (scope, period, currency) DO NOTHING",
-        [scope.key, money.currency],
-    )
-    # A statement of its own: the summing INSERT below then takes a snapshot after the lock.
-    cursor.execute(
-        f"SELECT 1 FROM {_COUNTERS} WHERE scope = %s AND period = '24h' AND currency = %s "
-        "FOR UPDATE",
-        [scope.key, money.currency],
-    )
-    cursor.execute(
-        f"INSERT INTO {_CHARGES} (effect_id, scope, currency, amount_minor, charged_at) "
-        "SELECT %s, %s, %s, %s, now() WHERE %s + (SELECT coalesce(sum(amount_minor), 0) "
-        f"FROM {_CHARGES} WHERE scope = %s AND currency = %s "
-        "AND charged_at > now() - interval '24 hours') <= %s "
-        "ON CONFLICT (effect_id, scope) DO NOTHING RETURNING id",
-        [effect.id, scope.key, money.currency, money.minor, money.minor, scope.key,
-         money.currency, maximum],
-    )  # fmt: skip
-    if cursor.fetchone() is not None:
-        return
-    cursor.execute(
-        f"SELECT amount_minor, extract(epoch FROM charged_at + interval '24 hours' - now()) "
-        f"FROM {_CHARGES} WHERE scope = %s AND currency = %s "
-        "AND charged_at > now() - interval '24 hours' ORDER BY charged_at",
-        [scope.key, money.currency],
-    )
-    rows = cursor.fetchall()
-    used = sum(row[0] for row in rows)
-    cursor.execute(f"SELECT {_HOUR}")
-    hour = cursor.fetchone()[0]
-    # When enough of the oldest charges have left the window for this amount to fit.
-    retry_after, left = DAY_SECONDS, used
-    for amount, expires_in in rows:
-        if money.minor > maximum:
-            break
-        left -= amount
-        if left + money.minor <= maximum:
-            retry_after = max(1, math.ceil(expires_in))
-            break
-    refusal = _refusal(scope, "amount_per_day", used, maximum, retry_after, hour, money.currency)
-    raise _Over(refusal)
-
-
-def claim_within_limits(
-    effect: Effect, policy: Any, claim: Callable[[], Effect | None]
-) -> tuple[Effect | None, LimitExceeded | None]:
-    """Run `claim` (the transition itself) after counting it against every limit that applies,
-    inside the caller's transaction. Returns (moved effect or None, refusal or None)."""
-    scopes = _scopes(effect, policy)
-    if not scopes:
-        return claim(), None
-    money = amount_of(policy, effect.request) if any(s.per_day for s in scopes) else None
-    try:
-        # A savepoint: a refusal or a lost race takes back the counts taken before it.
-        with transaction.atomic(), connection.cursor() as cursor:
-            for scope in scopes:
-                if scope.per_minute is not None:
-                    _count_claim(cursor, scope)
-                if money is not None:
-                    _charge(cursor, scope, effect, money)
-            moved = claim()
-            if moved is None:
-                raise _Lost
-    except _Lost:
-        return None, None
-    except _Over as over:
-        # In the claim's transaction, which commits (the refusal is raised after it); the API
-        # enqueues it again for an intent posted with its claim, which rolls back whole.
-        over.refusal.alert()
-        return None, over.refusal
-    return moved, None
 
 
 def release(effect_id: Any) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 
 from ledger import digests, jsonenc, keyuse
@@ -25,13 +25,14 @@ from ledger.errors import (
 )
 from ledger.halts import active_halt_for, claim_refusal
 from ledger.halts import refusal as halt_refusal
+from ledger.halts import refusal_from_trigger as halt_refusal_from_trigger
 from ledger.interlocks import blocked_by, cancel_dependents
-from ledger.limits import NON_RECEIPT, LimitExceeded, claim_within_limits, release
+from ledger.limits import NON_RECEIPT, release
+from ledger.limits import refusal_from_trigger as limit_refusal
 from ledger.metrics import count_transition
 from ledger.models import Effect, EffectEvent, EventKind, Reason
 from ledger.reviewqueue import open_review
 from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
-from ledger.tools import policy_for
 
 # Statuses that end the effect's own story (compensation aside): `resolved_at` is set on entry.
 _RESOLVING = frozenset({Status.CONFIRMED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED})
@@ -252,22 +253,25 @@ def claim(
         )
     moved: Effect | None = None
     waiting: list[dict[str, Any]] = []
-    limited: LimitExceeded | None = None
-    with transaction.atomic(savepoint=False):
-        # First: it takes the halts' lock shared, which holds any halt back until we commit.
-        halted = claim_refusal(effect)
-        if halted is None:
-            waiting = blocked_by(effect.id, lock=True)
-            if not waiting:
-                moved, limited = claim_within_limits(
-                    effect,
-                    policy_for(effect.tool),
-                    lambda: _claim(effect, owner, claim_id, lease_seconds, actor),
-                )
+    try:
+        # A savepoint when nested (an intent posted with its claim): a trigger's refusal then
+        # leaves the caller's transaction usable for the limit's alert.
+        with transaction.atomic():
+            # First: it takes the halts' lock shared, which holds any halt back until we commit.
+            halted = claim_refusal(effect)
+            if halted is None:
+                waiting = blocked_by(effect.id, lock=True)
+                if not waiting:
+                    # The claim trigger counts it against the limits (migration 0014).
+                    moved = _claim(effect, owner, claim_id, lease_seconds, actor)
+    except DatabaseError as exc:
+        # Raised, not alerted, here: the caller enqueues the limit's alert (LimitExceeded.alert).
+        refused = limit_refusal(exc) or halt_refusal_from_trigger(exc)
+        if refused is None:
+            raise
+        raise refused from None
     if halted is not None:
         raise halted
-    if limited is not None:
-        raise limited
     if waiting:
         raise Blocked("Upstream effects are not confirmed yet.", blocked_by=waiting)
     if moved is None:

@@ -15,6 +15,7 @@ from django.db import connection, transaction
 
 from ledger.errors import AttemptsExhausted, Refused, StaleLease
 from ledger.halts import covering_sql
+from ledger.limits import LimitExceeded
 from ledger.models import Effect, Reason, Tool
 from ledger.outcomes import record_outcome
 from ledger.reviewqueue import open_review
@@ -70,6 +71,10 @@ def execute_one(effect_id: Any) -> bool:
     except Refused:
         # Someone else claimed or moved it first, or a halt covers it: the redrive skips it
         # until the halt is lifted.
+        return False
+    except LimitExceeded as limited:
+        # Its tool's limit is reached: it stays planned, and the redrive tries again later.
+        limited.alert()
         return False
     sent = adapter.execute(effect)
     try:
