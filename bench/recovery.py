@@ -5,9 +5,10 @@
    charged at the sandbox payments provider (under the effect's idempotency key), half never
    arrived. The product's own machinery then resolves them: the django-q2 sweep
    (`reconcilers.schedules.sweep`, called here once) enqueues `check_effects` jobs of 200 ids,
-   and two `manage.py rqworker default --worker-class reconcilers.worker.LedgerWorker` processes — what
-   `make run` starts — run them. Measured: wall time from the sweep until no effect is left
-   in dispatching / awaiting_confirmation / unknown, as effects/s (goal ≥ 300). Checked:
+   and two `manage.py rqworker default --worker-class reconcilers.worker.LedgerWorker`
+   processes — what `make run` starts — run them. Measured: wall time from the sweep until no
+   effect is left in dispatching / awaiting_confirmation / unknown, as effects/s (goal ≥ 300).
+   Checked:
    5,000 confirmed with the provider's charge id, 5,000 planned (not found, settle_after
    passed, attempts left), none failed or unknown, one `reconciliation` event each, no review
    item, and not one new charge at the provider. `--jobs drain` feeds the workers batched

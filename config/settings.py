@@ -67,17 +67,25 @@ MIDDLEWARE = [
     "ledger.middleware.ApiBoundaryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Sessions, the signed-in user and messages (PAGE_MIDDLEWARE), everywhere but /api/.
+    "config.pagemiddleware.PagesOnly",
     "reviews.middleware.no_store_when_signed_in",
-    "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
     "axes.middleware.AxesMiddleware",
 ]
+
+# Run by config.pagemiddleware.PagesOnly, in this order, for every path but the agent API's.
+PAGE_MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+# The admin's checks look for these three in MIDDLEWARE itself; PagesOnly runs them.
+SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410"]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -117,6 +125,14 @@ DATABASES["default"].setdefault("OPTIONS", {})
 # (a stopped server refuses at once; a host that drops packets takes the whole timeout).
 DATABASES["default"]["OPTIONS"].setdefault(
     "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 3, minimum=1)
+)
+# psycopg prepares a statement on a connection once it has run this many times there; the
+# agent API's statements (ledger.hotpath) run on cursors that can be prepared. "off" for a
+# pooler without prepared-statement support (PgBouncer before 1.21, or without
+# max_prepared_statements): see the README's deployment notes.
+_prepare = env_str("DATABASE_PREPARE_THRESHOLD", "2")
+DATABASES["default"]["OPTIONS"].setdefault(
+    "prepare_threshold", None if _prepare == "off" else int(_prepare)
 )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -244,7 +244,11 @@ def app_services(host: str, port: int) -> list[Service]:
         Service(
             "rqworker",
             manage_argv(
-                "rqworker", "default", "--with-scheduler", "--worker-class", "reconcilers.worker.LedgerWorker"
+                "rqworker",
+                "default",
+                "--with-scheduler",
+                "--worker-class",
+                "reconcilers.worker.LedgerWorker",
             ),
         ),
         Service("qcluster", manage_argv("qcluster")),

@@ -14,10 +14,10 @@ from typing import Any
 from django.conf import settings
 from django.db import (
     DatabaseError,
+    IntegrityError,
     InterfaceError,
     InternalError,
     OperationalError,
-    ProgrammingError,
     transaction,
 )
 from django.db.models import Q
@@ -34,10 +34,11 @@ from ledger import jsonenc, logcontext, webhooks
 from ledger.agentkeys import agent_for_key
 from ledger.compensation import compensate
 from ledger.errors import LedgerError, NotFound, ValidationFailed
-from ledger.halts import active_halt_for, refusal_from_trigger
+from ledger.halts import active_halt_for
 from ledger.halts import shown as shown_halt
+from ledger.hotpath import read_effect, record_new_intent, record_simple_outcome
 from ledger.inputs import check_json
-from ledger.intents import Intent, check_agent_key, record_intent
+from ledger.intents import Intent, check_agent_key, first_status, record_intent
 from ledger.interlocks import upstreams_of
 from ledger.limits import LimitExceeded
 from ledger.longpoll import RETRY_AFTER_SECONDS, wait_for_change
@@ -67,8 +68,8 @@ from ledger.schemas import (
 )
 from ledger.serialize import effect_dict, effect_dicts
 from ledger.states import Status
-from ledger.tools import policy_for
-from ledger.transitions import claim, heartbeat, one_effect, transition
+from ledger.tools import Policy, policy_for
+from ledger.transitions import claim, heartbeat, one_effect, transition, trigger_refusal
 
 log = logging.getLogger(__name__)
 
@@ -198,16 +199,6 @@ def _trigger_refusal(request: HttpRequest, exc: InternalError) -> HttpResponse:
     )
 
 
-@api.exception_handler(ProgrammingError)
-def _halted_by_trigger(request: HttpRequest, exc: ProgrammingError) -> HttpResponse:
-    # The claim trigger's refusal (migration 0008, a PL/pgSQL RAISE): the claim asks for
-    # halts itself first, so only a claim that skipped that check gets here.
-    halted = refusal_from_trigger(exc)
-    if halted is None:
-        raise exc
-    return _ledger_error(request, halted)
-
-
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def _unavailable(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
@@ -266,6 +257,12 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
     )
     check_agent_key(intent)
     logcontext.bind(run_id=intent.run_id)
+    if not intent.depends_on and first_status(agent, intent, policy) == Status.PLANNED:
+        # The success path: one statement (ledger.hotpath); None for a key recorded already.
+        row = _new_intent(agent, intent, policy, payload)
+        if row is not None:
+            logcontext.bind(effect_id=row.id)
+            return Reply(201, effect_dict(row, agent.name, [], claimer=payload.claim))
     claimed = False
     # Intent and claim are one transaction: a refused claim records nothing.
     with transaction.atomic():
@@ -285,6 +282,26 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
         # Four-eyes: recorded, not claimed; the client waits for an operator's decision.
         return Reply(202, _show(request, effect))
     return Reply(201 if created else 200, _show(request, effect, claimer=claimed))
+
+
+def _new_intent(agent: Agent, intent: Intent, policy: Policy, payload: IntentIn) -> Any:
+    claim = None
+    if payload.claim:
+        lease_seconds = _lease_seconds(payload.lease_seconds)
+        claim = {
+            "owner": payload.owner,
+            "claim_id": payload.claim_id,
+            "lease_seconds": lease_seconds,
+        }
+    try:
+        return record_new_intent(agent, intent, policy, actor=_actor(agent), claim=claim)
+    except IntegrityError:
+        return None  # the same key recorded concurrently: the general path sorts it out
+    except DatabaseError as exc:
+        refused = trigger_refusal(exc)
+        if refused is None:
+            raise
+        raise refused from None
 
 
 @api.post(
@@ -330,17 +347,27 @@ def heartbeat_effect(
 def outcome_effect(
     request: HttpRequest, effect_id: uuid.UUID, payload: OutcomeIn
 ) -> dict[str, Any]:
+    agent = _agent(request)
+    row = read_effect(effect_id, agent.id)
+    if row is None:
+        raise NotFound("No such effect.")
+    logcontext.bind(run_id=row.run_id)
+    report = {
+        "token": payload.lease_token,
+        "status": payload.status,
+        "provider_ref": payload.provider_ref,
+        "response": payload.response,
+        "error": payload.error,
+        "actor": _actor(agent),
+        "policy": policy_for(row.tool),
+    }
+    # The success path: one fenced statement (ledger.hotpath); None for everything else.
+    simple = record_simple_outcome(row, **report)
+    if simple is not None:
+        upstream = upstreams_of([simple.id]).get(str(simple.id), []) if simple.has_upstream else []
+        return effect_dict(simple, agent.name, upstream)
     effect = _own_effect(request, effect_id)
-    moved, _ = record_outcome(
-        effect,
-        token=payload.lease_token,
-        status=payload.status,
-        provider_ref=payload.provider_ref,
-        response=payload.response,
-        error=payload.error,
-        actor=_actor(_agent(request)),
-        policy=policy_for(effect.tool),
-    )
+    moved, _ = record_outcome(effect, **report)
     return _show(request, moved)
 
 

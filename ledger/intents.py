@@ -122,17 +122,19 @@ def effect_row(
     *,
     status: Status,
     max_attempts: int,
+    seq: Any = None,
     **more: Any,
 ) -> dict[str, Any]:
     """The columns of a new effect recording `intent` (`insert_effect` takes them): ids and
-    digests derived from the raw request, the request itself redacted, counters at zero."""
+    digests derived from the raw request, the request itself redacted, counters at zero. `seq`
+    is the run's next number unless given (an `SqlExpr` when the statement computes it)."""
     return {
         "id": uuid.uuid4(),
         "agent": agent.id,
         "effect_key": intent.key,
         "run_id": intent.run_id,
         "step_id": intent.step_id,
-        "seq": next_seq(agent, intent.run_id),
+        "seq": next_seq(agent, intent.run_id) if seq is None else seq,
         "kind": intent.kind,
         "tool": intent.tool,
         "target": redact.text(intent.target),
@@ -155,6 +157,15 @@ def effect_row(
     }
 
 
+def first_status(agent: Agent, intent: Intent, policy: Policy) -> Status:
+    """The status a new effect recording `intent` starts in, after the checks every intent
+    passes: the agent's mode, and an amount the tool's limits can read (422 otherwise).
+    Four-eyes is decided once, here: awaiting_approval above the tool's threshold."""
+    check_mode(agent, policy)
+    amount_of(policy, intent.request)
+    return Status.AWAITING_APPROVAL if needs_approval(policy, intent.request) else Status.PLANNED
+
+
 def record_intent(
     agent: Agent, intent: Intent, policy: Policy, *, actor: str
 ) -> tuple[Effect, bool]:
@@ -162,10 +173,7 @@ def record_intent(
 
     Must run inside a transaction (the caller may claim in the same one).
     """
-    check_mode(agent, policy)
-    amount_of(policy, intent.request)  # 422 when the tool's limits cannot read the amount
-    # Four-eyes: decided once, here; a repeat below returns the effect as it was recorded.
-    status = Status.AWAITING_APPROVAL if needs_approval(policy, intent.request) else Status.PLANNED
+    status = first_status(agent, intent, policy)
     repeat = find_repeat(agent, intent)
     if repeat is not None:
         return repeat, False

@@ -28,11 +28,11 @@ INTERVAL_SECONDS = 60
 
 _TABLE = ApiKey._meta.db_table
 # A data-modifying WITH runs once, to completion, whether or not the main statement reads it.
-_STAMP = (
-    f"WITH key_used AS (UPDATE {_TABLE} SET last_used_at = now() WHERE id = ("
+_STAMP_CTE = (
+    f"key_used AS (UPDATE {_TABLE} SET last_used_at = now() WHERE id = ("
     f"SELECT id FROM {_TABLE} WHERE id = %s AND (last_used_at IS NULL OR "
     f"last_used_at <= now() - make_interval(secs => {INTERVAL_SECONDS})) "
-    "FOR UPDATE SKIP LOCKED)) "
+    "FOR UPDATE SKIP LOCKED){condition})"
 )
 
 # key id → time.monotonic() from which the key is due again, in this process.
@@ -55,12 +55,20 @@ def arm(key_id: int) -> None:
 def stamp() -> tuple[str, list[Any]]:
     """The `WITH` clause that stamps this call's key, and its parameters; ("", []) when the key
     is not due. One stamp per call: the clause is handed out once."""
+    cte, params = stamp_cte()
+    return (f"WITH {cte} " if cte else ""), params
+
+
+def stamp_cte(only_if: str = "") -> tuple[str, list[Any]]:
+    """`stamp()` as one common table expression, for a statement that has a `WITH` of its own:
+    ("key_used AS (…)", [key id]), or ("", []) when the key is not due. `only_if` is SQL that
+    must hold for the stamp to be written (that the statement's own write took place)."""
     key_id = _pending.get()
     if key_id is None:
         return "", []
     _pending.set(None)
     _due[key_id] = time.monotonic() + INTERVAL_SECONDS
-    return _STAMP, [key_id]
+    return _STAMP_CTE.format(condition=f" AND {only_if}" if only_if else ""), [key_id]
 
 
 def _forget(**kwargs: object) -> None:

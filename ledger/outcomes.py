@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -31,30 +32,34 @@ def _outcome(token: str, status: str, provider_ref: str, response: Any) -> dict[
     return {"token": token, "status": status, "provider_ref": provider_ref, "response": response}
 
 
-def record_outcome(
-    effect: Effect,
+@dataclass(frozen=True)
+class Report:
+    """What an outcome report asks of an effect, worked out before anything is written."""
+
+    repeated: bool  # the same report again: nothing to change
+    target: Status
+    changes: dict[str, Any]  # the columns it sets besides the status
+    holds_lease: bool  # from the token holding the live lease (fenced again by the write)
+    follows_up: bool  # from the worker that parked it in awaiting_confirmation
+
+
+def read_report(
+    effect: Any,
     *,
     token: str,
     status: str,
     provider_ref: str,
     response: Any,
     error: Any,
-    actor: str,
     policy: Policy,
-) -> tuple[Effect, bool]:
-    """Apply an outcome under the caller's lease. Returns (effect, repeated).
-
-    A repeat (same token, status, provider_ref and response) changes nothing. Anything else
-    from a token that no longer holds the lease is refused with `stale_lease` and kept as a
-    `late_outcome` event: evidence is never thrown away.
-    """
+) -> Report:
+    """The report as changes to `effect` (an `Effect`, or a row with its columns)."""
     outcome = _outcome(token, status, provider_ref, response)
+    target = OUTCOME_TARGETS[status]
     # Checked under the key version it was stored with: a repeat across a rotation is a repeat.
     if effect.outcome_digest and digests.same_value(effect.outcome_digest, outcome):
-        return effect, True
-
+        return Report(True, target, {}, False, False)
     redact = policy.redactor
-    target = OUTCOME_TARGETS[status]
     holds_lease = effect.status == Status.DISPATCHING and _same(effect.lease_token, token)
     # The worker that parked an effect in awaiting_confirmation may report how it ended.
     follows_up = (
@@ -82,12 +87,44 @@ def record_outcome(
     elif target == Status.UNKNOWN:
         # Decide at once what may follow: a lookup, a retry under the same key, or a person.
         changes["next_check_at"] = SqlExpr("now()")
-    where: list[tuple[str, list[Any]]] = []
-    if holds_lease:
-        # Fencing: the token must still hold an unexpired lease by the database clock.
-        where.append(("lease_token = %s AND lease_expires_at > now()", [token]))
+    return Report(False, target, changes, holds_lease, follows_up)
 
-    if holds_lease or follows_up:
+
+# Fencing: the token must still hold an unexpired lease by the database clock.
+FENCE = "lease_token = %s AND lease_expires_at > now()"
+
+
+def record_outcome(
+    effect: Effect,
+    *,
+    token: str,
+    status: str,
+    provider_ref: str,
+    response: Any,
+    error: Any,
+    actor: str,
+    policy: Policy,
+) -> tuple[Effect, bool]:
+    """Apply an outcome under the caller's lease. Returns (effect, repeated).
+
+    A repeat (same token, status, provider_ref and response) changes nothing. Anything else
+    from a token that no longer holds the lease is refused with `stale_lease` and kept as a
+    `late_outcome` event: evidence is never thrown away.
+    """
+    report = read_report(
+        effect,
+        token=token,
+        status=status,
+        provider_ref=provider_ref,
+        response=response,
+        error=error,
+        policy=policy,
+    )
+    if report.repeated:
+        return effect, True
+    changes, target = report.changes, report.target
+    where: list[tuple[str, list[Any]]] = [(FENCE, [token])] if report.holds_lease else []
+    if report.holds_lease or report.follows_up:
         try:
             moved = transition(
                 effect,
@@ -96,7 +133,7 @@ def record_outcome(
                 reason=status,
                 changes=changes,
                 where=where,
-                data=_evidence(changes, status),
+                data=evidence(changes, status),
             )
             if target == Status.UNKNOWN:
                 wake([moved.id])
@@ -114,7 +151,7 @@ def record_outcome(
     )
 
 
-def _evidence(changes: dict[str, Any], status: str) -> dict[str, Any]:
+def evidence(changes: dict[str, Any], status: str) -> dict[str, Any]:
     shown = {k: v for k, v in changes.items() if k in ("provider_ref", "response", "error")}
     return {"outcome": status, **shown}
 
@@ -141,7 +178,7 @@ def _keep_late_outcome(
             from_status=effect.status,
             to_status=effect.status,
             reason="stale_lease",
-            data=_evidence(changes, status),
+            data=evidence(changes, status),
         )
         recorded = effect.provider_ref
         reported = changes.get("provider_ref", "")

@@ -21,6 +21,7 @@ from ledger.errors import (
     AttemptsExhausted,
     Blocked,
     InvalidTransition,
+    LedgerError,
     StaleLease,
 )
 from ledger.halts import active_halt_for, claim_refusal
@@ -44,6 +45,8 @@ _COMPENSATION_TROUBLE = {
 _EFFECT_TABLE = Effect._meta.db_table
 _EVENT_TABLE = EffectEvent._meta.db_table
 _FIELD_BY_COLUMN = {f.column: f for f in Effect._meta.concrete_fields}
+# An event's columns after effect_id, as `event_values` gives them.
+EVENT_COLUMNS = "kind, actor, from_status, to_status, reason, data, digest"
 
 
 class Superseded(Exception):
@@ -115,27 +118,67 @@ def record_event(
     reason: str = "",
     data: Mapping[str, Any] | None = None,
 ) -> None:
-    data = dict(data or {})
-    # A plain INSERT: this runs once or twice per API call, and the ORM's create() costs more
-    # than the round trip. It also carries the caller's key stamp when one is due.
+    values = event_values(
+        kind=kind,
+        actor=actor,
+        from_status=from_status,
+        to_status=to_status,
+        reason=reason,
+        data=data,
+    )
+    # A plain INSERT: the ORM's create() costs more than the round trip. It also carries the
+    # caller's key stamp when one is due.
     stamp, stamp_params = keyuse.stamp()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"{stamp}INSERT INTO {_EVENT_TABLE} (effect_id, kind, actor, from_status, to_status, "
-            f"reason, data, digest, created_at) "
+            f"{stamp}INSERT INTO {_EVENT_TABLE} (effect_id, {EVENT_COLUMNS}, created_at) "
             f"VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s, now())",
-            [
-                *stamp_params,
-                effect_id,
-                kind,
-                actor[:200],
-                from_status,
-                to_status,
-                reason[:2000],
-                jsonenc.dumps(data),
-                digests.content_digest(data),
-            ],
+            [*stamp_params, effect_id, *values],
         )
+
+
+def entry_columns(
+    from_status: str, to: Status, changes: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The columns a move from `from_status` to `to` sets besides `changes`: leaving
+    dispatching clears the lease, entering a resolved status stamps `resolved_at`."""
+    columns: dict[str, Any] = dict(changes or {})
+    if from_status == Status.DISPATCHING:
+        # Leaving dispatching clears the lease: no token can write after this.
+        columns.update(
+            lease_token=None,
+            claim_id=None,
+            lease_expires_at=None,
+            lease_seconds=None,
+            # The last moment a request could have left: the report, or the lease's end.
+            left_dispatch_at=SqlExpr("LEAST(now(), lease_expires_at)"),
+        )
+    if to in _RESOLVING:
+        columns.update(resolved_at=SqlExpr("now()"), next_check_at=None)
+    return columns
+
+
+def event_values(
+    *,
+    kind: str,
+    actor: str,
+    from_status: str = "",
+    to_status: str = "",
+    reason: str = "",
+    data: Mapping[str, Any] | None = None,
+) -> list[Any]:
+    """An event's column values after `effect_id`, in `EVENT_COLUMNS` order (the digest is of
+    its data)."""
+    data = dict(data or {})
+    return [
+        kind,
+        actor[:200],
+        from_status,
+        to_status,
+        reason[:2000],
+        jsonenc.dumps(data),
+        digests.content_digest(data),
+    ]
 
 
 def transition(
@@ -158,19 +201,7 @@ def transition(
             f"An effect in {effect.status} cannot move to {to}.",
             status=effect.status,
         )
-    columns: dict[str, Any] = dict(changes or {})
-    if effect.status == Status.DISPATCHING:
-        # Leaving dispatching clears the lease: no token can write after this.
-        columns.update(
-            lease_token=None,
-            claim_id=None,
-            lease_expires_at=None,
-            lease_seconds=None,
-            # The last moment a request could have left: the report, or the lease's end.
-            left_dispatch_at=SqlExpr("LEAST(now(), lease_expires_at)"),
-        )
-    if to in _RESOLVING:
-        columns.update(resolved_at=SqlExpr("now()"), next_check_at=None)
+    columns = entry_columns(effect.status, to, changes)
     # No savepoint (they cost round trips on the hot path): refusals are raised outside the
     # block, so an exception inside it is a real failure and the outer transaction, if any,
     # is the unit that rolls back.
@@ -265,8 +296,7 @@ def claim(
                     # The claim trigger counts it against the limits (migration 0014).
                     moved = _claim(effect, owner, claim_id, lease_seconds, actor)
     except DatabaseError as exc:
-        # Raised, not alerted, here: the caller enqueues the limit's alert (LimitExceeded.alert).
-        refused = limit_refusal(exc) or halt_refusal_from_trigger(exc)
+        refused = trigger_refusal(exc)
         if refused is None:
             raise
         raise refused from None
@@ -277,6 +307,13 @@ def claim(
     if moved is None:
         raise InvalidTransition("The effect was claimed or changed by someone else first.")
     return moved, False
+
+
+def trigger_refusal(exc: DatabaseError) -> LedgerError | None:
+    """The answer for a claim the database refused by trigger: 409 `halted` (migration 0008)
+    or 429 `limit_exceeded` (0014); None for any other error. Raised, not alerted: the caller
+    enqueues the limit's alert once its transaction is over (`LimitExceeded.alert`)."""
+    return limit_refusal(exc) or halt_refusal_from_trigger(exc)
 
 
 def _claim(

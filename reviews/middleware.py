@@ -20,7 +20,8 @@ def no_store_when_signed_in(
         response = get_response(request)
         # Read after the view: a sign-in or sign-out in this request has changed the user.
         agent = getattr(request, "agent", None)
-        if request.user.is_authenticated or agent is not None:
+        user = getattr(request, "user", None)  # none on /api/ (config.pagemiddleware)
+        if agent is not None or (user is not None and user.is_authenticated):
             add_never_cache_headers(response)
         return response
 

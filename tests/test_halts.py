@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import ProgrammingError, connection, connections, transaction
+from django.db import DatabaseError, ProgrammingError, connection, connections, transaction
 from ledger_client import Halted, Ledger
 
 from ledger.agentkeys import SYSTEM_AGENT, ReservedAgent, issue_key
-from ledger.api import api
 from ledger.halts import HALT_LOCK, refusal_from_trigger
 from ledger.killswitch import halt, resume
 from ledger.models import Agent, Alert, ApiKey, Effect, EffectEvent, Halt
 from ledger.states import Kind
+from ledger.transitions import trigger_refusal
 from reconcilers.execution import execute_one, redrive_executions
 from tests.conftest import assert_error
 from tests.factories import signed_in
@@ -220,18 +220,40 @@ def test_the_database_refuses_a_claim_by_an_old_process(alice):
     assert Effect.objects.get(pk=effect["id"]).status == "planned"
 
 
-def test_the_api_answers_the_triggers_refusal_with_409_halted(alice, rf):
+def test_the_triggers_refusal_reads_as_409_halted_with_the_halt(alice):
     effect = claimable(alice)
     halt_tool()
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE ledger_effect SET status = 'dispatching' WHERE id = %s", [effect["id"]]
-            )
-    except ProgrammingError as exc:
-        response = api.on_exception(rf.post("/api/v1/effects"), exc)
-    assert response.status_code == 409
-    assert b'"error":"halted"' in response.content.replace(b" ", b"")
+    with (
+        pytest.raises(DatabaseError) as caught,
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(
+            "UPDATE ledger_effect SET status = 'dispatching' WHERE id = %s", [effect["id"]]
+        )
+    refused = trigger_refusal(caught.value)
+    assert refused is not None and (refused.status, refused.code) == (409, "halted")
+    assert refused.extra["halt"]["scope"] == "tool"
+
+
+def test_an_intent_with_its_claim_is_refused_by_the_insert_trigger(alice):
+    """The intent and its claim are one INSERT (ledger.hotpath): the halt is PostgreSQL's."""
+    halt_tool()
+    response = alice.post(
+        "/effects",
+        {
+            "run_id": "run-h",
+            "step_id": "s",
+            "tool": "charge_card",
+            "target": "acct_42",
+            "request": {"amount": "1.00", "currency": "EUR"},
+            "claim": True,
+            "owner": "w",
+        },
+    )
+    error = assert_error(response, 409, "halted")
+    assert error["halt"]["scope"] == "tool"
+    assert not Effect.objects.filter(run_id="run-h").exists()
 
 
 def test_the_database_lets_other_moves_through_while_halted(alice):

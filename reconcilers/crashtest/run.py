@@ -112,7 +112,10 @@ class Stack(Processes):
 
     def start_rq_worker(self, name: str) -> None:
         """The production path: wake-ups enqueued after commit, a non-forking rq worker."""
-        self.spawn(name, manage_argv("rqworker", "default", "--worker-class", "reconcilers.worker.LedgerWorker"))
+        self.spawn(
+            name,
+            manage_argv("rqworker", "default", "--worker-class", "reconcilers.worker.LedgerWorker"),
+        )
 
     def start_qcluster(self, name: str = QCLUSTER) -> None:
         """One django-q2 cluster (ORM broker) running the real schedules beside the sweeper:
