@@ -1,22 +1,20 @@
 """Baseline for `bench/lifecycle.py`: the ledger's two lifecycle calls without the framework.
 
 A bare WSGI app (no Django, no django-ninja, no pydantic) on psycopg 3 with one connection per
-thread. It runs, against the same migrated tables, the statements the ledger runs for
-`POST /api/v1/effects` (intent + claim) and `POST /api/v1/effects/{id}/outcome`, grouped into
-the same transactions and in the same order, one round trip each:
+thread. It runs, against the same migrated tables, the statements the ledger's success path
+runs (`ledger.hotpath`), one round trip each, in autocommit:
 
-intent + claim: API-key lookup, tool lookup, BEGIN, effect-key lookup, run `seq` upsert, effect
-insert, intent event, dependency check (`FOR SHARE`), conditional claim update, transition
-event, COMMIT, upstreams read for the response;
+intent + claim: one statement (run `seq` upsert, effect inserted `dispatching` with its lease,
+its `intent` and `claimed` events), under the same triggers (halts, limits, notifications);
 
-outcome: API-key lookup, effect select, tool lookup, BEGIN, conditional fenced update,
-transition event, COMMIT, upstreams read for the response.
+outcome: the effect's read (with whether it has upstream effects), then one statement (the
+fenced update and its event).
 
-What it leaves out is exactly what the comparison is about: request validation, redaction,
-exact-decimal JSON, the ORM, middleware, and the statements Django adds by itself (the
-per-request `SELECT 1` health check, SAVEPOINT/RELEASE for nested atomic blocks). It talks to
-PostgreSQL the way Django does (client-side parameter binding, no prepared statements), so the
-database does the same work for both.
+Both look the API key up at most every 0.2 s per thread, as the ledger's processes do
+(`agentkeys.RECHECK_SECONDS`), and both use prepared statements (server-side binding, psycopg's
+`prepare_threshold`), so the database does the same work for both. What it leaves out is exactly
+what the comparison is about: request validation, redaction, exact-decimal JSON, Django,
+django-ninja and middleware.
 
 `BareLedger` is used directly (no HTTP) by the raw-psycopg baseline as well.
 """
@@ -30,6 +28,7 @@ import os
 import re
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -57,22 +56,18 @@ SQL_AGENT = (
     " WHERE k.prefix = %s AND k.revoked_at IS NULL AND a.is_active LIMIT 1"
 )
 SQL_TOOL = "SELECT * FROM ledger_tool WHERE name = %s LIMIT 1"
-SQL_EFFECT_BY_KEY = "SELECT * FROM ledger_effect WHERE agent_id = %s AND effect_key = %s LIMIT 1"
-SQL_EFFECT_BY_ID = "SELECT * FROM ledger_effect WHERE id = %s AND agent_id = %s LIMIT 1"
-SQL_NEXT_SEQ = (
-    "INSERT INTO ledger_run (agent_id, run_id, last_seq, created_at) VALUES (%s, %s, 1, now())"
-    " ON CONFLICT (agent_id, run_id) DO UPDATE SET last_seq = ledger_run.last_seq + 1"
-    " RETURNING last_seq"
-)
 INSERT_EFFECT_COLUMNS = (
     "id, agent_id, effect_key, run_id, step_id, seq, kind, tool, target, request, request_hash,"
     " idempotency_key, status, attempt, max_attempts, lease_owner, provider_ref, outcome_digest,"
     " outcome_token, parent_id, provenance, version, created_at, updated_at"
 )
 INSERT_EFFECT_VALUES = (
-    "%s, %s, %s, %s, %s, %s, 'action', %s, %s, %s, %s, %s, 'planned', 0, %s, '', '', '', '',"
-    " NULL, %s, 1, now(), now()"
+    "%(id)s, %(agent)s, %(key)s::text, %(run)s, %(step)s, (SELECT last_seq FROM run), 'action',"
+    " %(tool)s, %(target)s, %(request)s, %(request_hash)s, %(idempotency_key)s, 'dispatching',"
+    " 1, %(max_attempts)s, %(owner)s, '', '', '', NULL::uuid, %(provenance)s, 1, now(), now()"
 )
+# How long a thread trusts a key it has looked up (the ledger's agentkeys.RECHECK_SECONDS).
+RECHECK_SECONDS = 0.2
 # Zero values, by type, for NOT NULL columns without a database default that the ledger's
 # INSERT sets from a Django `default=` (a column added later): the baseline keeps up.
 _ZERO_BY_TYPE = {
@@ -93,32 +88,58 @@ SQL_REQUIRED_COLUMNS = (
     " WHERE table_schema = current_schema() AND table_name = 'ledger_effect'"
     " AND is_nullable = 'NO' AND column_default IS NULL AND is_identity = 'NO'"
 )
-SQL_INSERT_EVENT = (
-    "INSERT INTO ledger_effectevent (effect_id, kind, actor, from_status, to_status, reason,"
-    " data, digest, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now()) RETURNING id"
+SQL_INTENT_CLAIM = """
+WITH run AS (
+  INSERT INTO ledger_run (agent_id, run_id, last_seq, created_at)
+  SELECT %(agent)s, %(run)s, 1, now()
+  WHERE NOT EXISTS (SELECT 1 FROM ledger_effect
+                   WHERE agent_id = %(agent)s AND effect_key = %(key)s::text)
+  ON CONFLICT (agent_id, run_id) DO UPDATE SET last_seq = ledger_run.last_seq + 1
+  RETURNING last_seq
+), effect AS (
+  INSERT INTO ledger_effect ({columns}, lease_token, claim_id, lease_seconds, lease_expires_at)
+  SELECT {values}, %(token)s::text, %(claim_id)s::text, %(lease)s,
+         now() + make_interval(secs => %(lease)s)
+  WHERE EXISTS (SELECT 1 FROM run)
+  ON CONFLICT (agent_id, effect_key) DO NOTHING RETURNING *
+), events AS (
+  INSERT INTO ledger_effectevent
+    (effect_id, kind, actor, from_status, to_status, reason, data, digest, created_at)
+  SELECT effect.id, v.kind, %(actor)s::text, v.from_status, v.to_status, v.reason, v.data::jsonb,
+         v.digest, now()
+  FROM effect, (VALUES (1, 'intent', '', 'planned', 'intent', %(intent_data)s, %(intent_digest)s),
+                       (2, 'transition', 'planned', 'dispatching', 'claimed', %(claim_data)s,
+                        %(claim_digest)s))
+       AS v(n, kind, from_status, to_status, reason, data, digest)
+  ORDER BY v.n
 )
-SQL_BLOCKED_BY = (
-    "SELECT u.id, u.status, EXISTS (SELECT 1 FROM ledger_effect c WHERE c.parent_id = u.id"
-    " AND c.kind = 'compensation'"
-    " AND c.status IN ('planned', 'dispatching', 'awaiting_confirmation', 'unknown'))"
-    " FROM ledger_effectdependency d JOIN ledger_effect u ON u.id = d.upstream_id"
-    " WHERE d.downstream_id = %s ORDER BY u.id FOR SHARE OF u"
+SELECT * FROM effect
+"""
+SQL_EFFECT_READ = (
+    "SELECT *, EXISTS (SELECT 1 FROM ledger_effectdependency d"
+    " WHERE d.downstream_id = ledger_effect.id) AS has_upstream"
+    " FROM ledger_effect WHERE id = %s AND agent_id = %s"
 )
-SQL_CLAIM = (
-    "UPDATE ledger_effect SET status = 'dispatching', version = version + 1, updated_at = now(),"
-    " attempt = attempt + 1, lease_owner = %s, lease_token = %s, claim_id = %s,"
-    " lease_seconds = %s, lease_expires_at = now() + make_interval(secs => %s)"
-    " WHERE id = %s AND status = 'planned' AND version = %s AND attempt < max_attempts"
-    " RETURNING *"
+SQL_OUTCOME_WRITE = """
+WITH moved AS (
+  UPDATE ledger_effect SET status = %(status)s::text, version = version + 1,
+    updated_at = now(), outcome_digest = %(digest)s, outcome_token = %(token)s::text,
+    provider_ref = %(ref)s,
+    response = %(response)s, lease_token = NULL, claim_id = NULL, lease_expires_at = NULL,
+    lease_seconds = NULL, left_dispatch_at = LEAST(now(), lease_expires_at),
+    resolved_at = now(), next_check_at = NULL
+  WHERE id = %(id)s AND status = 'dispatching' AND version = %(version)s
+    AND lease_token = %(token)s::text AND lease_expires_at > now()
+  RETURNING *
+), events AS (
+  INSERT INTO ledger_effectevent
+    (effect_id, kind, actor, from_status, to_status, reason, data, digest, created_at)
+  SELECT moved.id, 'transition', %(actor)s::text, 'dispatching', %(status)s::text,
+         %(status)s::text,
+         %(data)s::jsonb, %(data_digest)s, now() FROM moved
 )
-SQL_OUTCOME = (
-    "UPDATE ledger_effect SET status = %s, version = version + 1, updated_at = now(),"
-    " outcome_digest = %s, outcome_token = %s, provider_ref = %s, response = %s,"
-    " lease_token = NULL, claim_id = NULL, lease_expires_at = NULL, lease_seconds = NULL,"
-    " resolved_at = now(), next_check_at = NULL"
-    " WHERE id = %s AND status = 'dispatching' AND version = %s"
-    " AND lease_token = %s AND lease_expires_at > now() RETURNING *"
-)
+SELECT * FROM moved
+"""
 SQL_UPSTREAMS = (
     "SELECT d.downstream_id, u.id, u.status FROM ledger_effectdependency d"
     " JOIN ledger_effect u ON u.id = d.upstream_id WHERE d.downstream_id = ANY(%s) ORDER BY d.id"
@@ -141,23 +162,21 @@ def _error(status: int, code: str, detail: str) -> Reply:
 
 
 class BareLedger:
-    """The ledger's lifecycle statements on one psycopg connection (one per thread)."""
+    """The ledger's success-path statements on one psycopg connection (one per thread)."""
 
-    insert_effect_sql: str | None = None  # built once per process, from the live schema
+    intent_claim_sql: str | None = None  # built once per process, from the live schema
 
     def __init__(self, url: str) -> None:
-        # As Django talks to PostgreSQL: autocommit (single statements commit on their own,
-        # `conn.transaction()` sends BEGIN … COMMIT around the grouped ones) and client-side
-        # parameter binding, so no prepared statements (Django's default; psycopg's own default
-        # would prepare repeated statements and make the database's share of the work smaller).
-        self.conn = psycopg.connect(
-            url, autocommit=True, row_factory=dict_row, cursor_factory=psycopg.ClientCursor
-        )
-        if BareLedger.insert_effect_sql is None:
-            BareLedger.insert_effect_sql = self._insert_effect_sql()
+        # Autocommit, server-side binding and psycopg's automatic preparation, as the ledger's
+        # hot path (settings.DATABASES: prepare_threshold).
+        self.conn = psycopg.connect(url, autocommit=True, row_factory=dict_row, prepare_threshold=2)
+        self.agents: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        if BareLedger.intent_claim_sql is None:
+            BareLedger.intent_claim_sql = self._intent_claim_sql()
 
-    def _insert_effect_sql(self) -> str:
+    def _intent_claim_sql(self) -> str:
         named = {c.strip() for c in INSERT_EFFECT_COLUMNS.split(",")}
+        named |= {"lease_token", "claim_id", "lease_seconds", "lease_expires_at"}
         extra = [
             (row["column_name"], _ZERO_BY_TYPE[row["data_type"]])
             for row in self.conn.execute(SQL_REQUIRED_COLUMNS).fetchall()
@@ -165,10 +184,7 @@ class BareLedger:
         ]
         columns = INSERT_EFFECT_COLUMNS + "".join(f", {name}" for name, _ in extra)
         values = INSERT_EFFECT_VALUES + "".join(f", {zero}" for _, zero in extra)
-        return (
-            f"INSERT INTO ledger_effect ({columns}) VALUES ({values})"
-            " ON CONFLICT (agent_id, effect_key) DO NOTHING RETURNING *"
-        )
+        return SQL_INTENT_CLAIM.replace("{columns}", columns).replace("{values}", values)
 
     def close(self) -> None:
         self.conn.close()
@@ -177,33 +193,29 @@ class BareLedger:
         key = authorization.removeprefix("Bearer ").strip()
         if not key.startswith("elk_") or len(key) > 200:
             return None
+        seen = self.agents.get(key)
+        if seen is not None and time.monotonic() - seen[0] <= RECHECK_SECONDS:
+            return seen[1]
         # elk_<mode>_<12-hex prefix>_<secret>, or elk_<prefix>_<secret> for keys from before modes.
         parts = key.split("_")
         prefix = parts[2] if parts[1] in ("test", "live") else parts[1]
         row = self.conn.execute(SQL_AGENT, [prefix]).fetchone()
         digest = hashlib.sha256(key.encode()).hexdigest()
-        if row is None or not hmac.compare_digest(row["digest"], digest):
-            return None
-        return row
+        agent = row if row is not None and hmac.compare_digest(row["digest"], digest) else None
+        self.agents[key] = (time.monotonic(), agent)
+        return agent
 
-    def _event(
-        self,
-        effect_id: Any,
-        kind: str,
-        actor: str,
-        from_status: str,
-        to_status: str,
-        reason: str,
-        data: dict[str, Any],
-    ) -> None:
-        digest = hashlib.sha256(_canonical(data).encode()).hexdigest()
-        self.conn.execute(
-            SQL_INSERT_EVENT,
-            [effect_id, kind, actor, from_status, to_status, reason, Jsonb(data), digest],
-        )
+    def _tool(self, name: str) -> dict[str, Any]:
+        """Tool policies are cached by the ledger's processes: read once per thread here."""
+        tools: dict[str, dict[str, Any]] = self.__dict__.setdefault("tools", {})
+        if name not in tools:
+            tools[name] = self.conn.execute(SQL_TOOL, [name]).fetchone() or {"max_attempts": 3}
+        return tools[name]
 
-    def _show(self, effect: dict[str, Any], agent_name: str, *, claimer: bool) -> dict[str, Any]:
-        rows = self.conn.execute(SQL_UPSTREAMS, [[effect["id"]]]).fetchall()
+    def _show(
+        self, effect: dict[str, Any], agent_name: str, *, claimer: bool, upstream: bool = False
+    ) -> dict[str, Any]:
+        rows = self.conn.execute(SQL_UPSTREAMS, [[effect["id"]]]).fetchall() if upstream else []
         shown = {k: v for k, v in effect.items() if k not in _HIDDEN}
         shown["agent"] = agent_name
         shown["depends_on"] = [str(r["id"]) for r in rows]
@@ -215,139 +227,100 @@ class BareLedger:
         return shown
 
     def post_effect(self, authorization: str, body: bytes) -> Reply:
-        """Intent + claim in one transaction (`POST /api/v1/effects` with `claim: true`)."""
+        """Intent + claim as one statement (`POST /api/v1/effects` with `claim: true`)."""
         agent = self._agent(authorization)
         if agent is None:
             return _error(401, "unauthorized", "A valid agent key is required.")
         data = json.loads(body)
+        if not data.get("claim"):
+            return _error(409, "invalid_transition", "This baseline records claimed intents only.")
         actor = f"agent:{agent['name']}"
-        tool = self.conn.execute(SQL_TOOL, [data["tool"]]).fetchone()
-        max_attempts = tool["max_attempts"] if tool else 3
+        tool = self._tool(data["tool"])
         effect_key = data.get("effect_key") or f"{data['run_id']}:{data['step_id']}"
         hashed = {"tool": data["tool"], "target": data["target"], "request": data["request"]}
         request_hash = "v1:" + _mac("request", _canonical(hashed))
-        idempotency_key = "el_" + _mac("idempotency", f"{agent['id']}\x00{effect_key}")[:32]
-        created = False
-        with self.conn.transaction():
-            effect = self.conn.execute(SQL_EFFECT_BY_KEY, [agent["id"], effect_key]).fetchone()
-            if effect is None:
-                seq = self.conn.execute(SQL_NEXT_SEQ, [agent["id"], data["run_id"]]).fetchone()
-                assert BareLedger.insert_effect_sql is not None
-                effect = self.conn.execute(
-                    BareLedger.insert_effect_sql,
-                    [
-                        uuid.uuid4(),
-                        agent["id"],
-                        effect_key,
-                        data["run_id"],
-                        data["step_id"],
-                        seq["last_seq"],
-                        data["tool"],
-                        data["target"],
-                        Jsonb(data["request"]),
-                        request_hash,
-                        idempotency_key,
-                        max_attempts,
-                        Jsonb(data.get("provenance") or {}),
-                    ],
-                ).fetchone()
-                assert effect is not None, "concurrent intent under the same key"
-                created = True
-                self._event(
-                    effect["id"],
-                    "intent",
-                    actor,
-                    "",
-                    "planned",
-                    "intent",
-                    {"request_hash": request_hash, "depends_on": []},
-                )
-            if data.get("claim") and effect["status"] == "planned":
-                waiting = self.conn.execute(SQL_BLOCKED_BY, [effect["id"]]).fetchall()
-                if any(r["status"] != "confirmed" for r in waiting):
-                    return _error(409, "blocked", "Upstream effects are not confirmed yet.")
-                owner, claim_id = data.get("owner", ""), data.get("claim_id")
-                lease = int(data.get("lease_seconds") or 60)
-                effect = self.conn.execute(
-                    SQL_CLAIM,
-                    [
-                        owner,
-                        secrets.token_urlsafe(24),
-                        claim_id,
-                        lease,
-                        lease,
-                        effect["id"],
-                        effect["version"],
-                    ],
-                ).fetchone()
-                if effect is None:
-                    return _error(409, "invalid_transition", "Claimed by someone else first.")
-                self._event(
-                    effect["id"],
-                    "transition",
-                    actor,
-                    "planned",
-                    "dispatching",
-                    "claimed",
-                    {"owner": owner, "claim_id": claim_id, "lease_seconds": lease},
-                )
-        return (201 if created else 200), self._show(effect, agent["name"], claimer=True)
+        owner, claim_id = data.get("owner", ""), data.get("claim_id")
+        lease = int(data.get("lease_seconds") or 60)
+        token = secrets.token_urlsafe(24)
+        intent_data = {"request_hash": request_hash, "depends_on": []}
+        claim_data = {"owner": owner, "claim_id": claim_id, "lease_seconds": lease}
+        assert BareLedger.intent_claim_sql is not None
+        effect = self.conn.execute(
+            BareLedger.intent_claim_sql,
+            {
+                "id": uuid.uuid4(),
+                "agent": agent["id"],
+                "key": effect_key,
+                "run": data["run_id"],
+                "step": data["step_id"],
+                "tool": data["tool"],
+                "target": data["target"],
+                "request": Jsonb(data["request"]),
+                "request_hash": request_hash,
+                "idempotency_key": _idempotency_key(agent["id"], effect_key),
+                "max_attempts": tool["max_attempts"],
+                "owner": owner,
+                "provenance": Jsonb(data.get("provenance") or {}),
+                "token": token,
+                "claim_id": claim_id,
+                "lease": lease,
+                "actor": actor,
+                "intent_data": _canonical(intent_data),
+                "intent_digest": _digest(intent_data),
+                "claim_data": _canonical(claim_data),
+                "claim_digest": _digest(claim_data),
+            },
+        ).fetchone()
+        if effect is None:
+            return _error(409, "effect_key_conflict", "This baseline records new intents only.")
+        return 201, self._show(effect, agent["name"], claimer=True)
 
     def post_outcome(self, authorization: str, effect_id: str, body: bytes) -> Reply:
-        """The lease holder's report (`POST /api/v1/effects/{id}/outcome`)."""
+        """The lease holder's report (`POST /api/v1/effects/{id}/outcome`): read, then write."""
         agent = self._agent(authorization)
         if agent is None:
             return _error(401, "unauthorized", "A valid agent key is required.")
         data = json.loads(body)
-        effect = self.conn.execute(SQL_EFFECT_BY_ID, [effect_id, agent["id"]]).fetchone()
+        effect = self.conn.execute(SQL_EFFECT_READ, [effect_id, agent["id"]]).fetchone()
         if effect is None:
             return _error(404, "not_found", "No such effect.")
-        self.conn.execute(SQL_TOOL, [effect["tool"]]).fetchone()
+        self._tool(effect["tool"])
         status, token = data["status"], data["lease_token"]
         if status not in _RESOLVING:
             return _error(409, "invalid_transition", "This baseline reports final outcomes only.")
         provider_ref, response = data.get("provider_ref", ""), data.get("response")
-        digest = _mac(
-            "value",
-            _canonical(
-                {
-                    "token": token,
-                    "status": status,
-                    "provider_ref": provider_ref,
-                    "response": response,
-                }
-            ),
-        )
-        with self.conn.transaction():
-            moved = self.conn.execute(
-                SQL_OUTCOME,
-                [
-                    status,
-                    digest,
-                    token,
-                    provider_ref,
-                    Jsonb(response),
-                    effect["id"],
-                    effect["version"],
-                    token,
-                ],
-            ).fetchone()
-            if moved is None:
-                return _error(409, "stale_lease", "This lease token no longer holds the effect.")
-            self._event(
-                moved["id"],
-                "transition",
-                f"agent:{agent['name']}",
-                "dispatching",
-                status,
-                status,
-                {"outcome": status, "provider_ref": provider_ref, "response": response},
-            )
-        return 200, self._show(moved, agent["name"], claimer=False)
+        outcome = {"token": token, "status": status, "provider_ref": provider_ref}
+        event = {"outcome": status, "provider_ref": provider_ref, "response": response}
+        moved = self.conn.execute(
+            SQL_OUTCOME_WRITE,
+            {
+                "status": status,
+                "digest": _mac("value", _canonical({**outcome, "response": response})),
+                "token": token,
+                "ref": provider_ref,
+                "response": Jsonb(response),
+                "id": effect["id"],
+                "version": effect["version"],
+                "actor": f"agent:{agent['name']}",
+                "data": _canonical(event),
+                "data_digest": _digest(event),
+            },
+        ).fetchone()
+        if moved is None:
+            return _error(409, "stale_lease", "This lease token no longer holds the effect.")
+        return 200, self._show(moved, agent["name"], claimer=False, upstream=effect["has_upstream"])
 
     def health(self) -> Reply:
         self.conn.execute("SELECT 1").fetchone()
         return 200, {"status": "ok", "database": "ok"}
+
+
+def _idempotency_key(agent_id: int, effect_key: str) -> str:
+    return "el_" + _mac("idempotency", f"{agent_id}\x00{effect_key}")[:32]
+
+
+def _digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(data).encode()).hexdigest()
 
 
 # Columns the API does not show.

@@ -66,23 +66,23 @@ MIDDLEWARE = [
     "ledger.logcontext.RequestIdMiddleware",
     "ledger.middleware.ApiBoundaryMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    # Sessions, the signed-in user and messages (PAGE_MIDDLEWARE), everywhere but /api/.
+    # PAGE_MIDDLEWARE, for everything but agent calls under /api/.
     "config.pagemiddleware.PagesOnly",
     "reviews.middleware.no_store_when_signed_in",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
-    "csp.middleware.CSPMiddleware",
     "axes.middleware.AxesMiddleware",
 ]
 
-# Run by config.pagemiddleware.PagesOnly, in this order, for every path but the agent API's.
+# Run by config.pagemiddleware.PagesOnly, in this order, for every path but agent calls.
 PAGE_MIDDLEWARE = [
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.middleware.common.CommonMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
 # The admin's checks look for these three in MIDDLEWARE itself; PagesOnly runs them.
 SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410"]
