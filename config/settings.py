@@ -134,6 +134,9 @@ _prepare = env_str("DATABASE_PREPARE_THRESHOLD", "2")
 DATABASES["default"]["OPTIONS"].setdefault(
     "prepare_threshold", None if _prepare == "off" else int(_prepare)
 )
+# The long poll's LISTEN connection (ledger.longpoll): DATABASE_URL unless set. Behind a
+# transaction pooler, point it at PostgreSQL itself: LISTEN holds a session.
+LEDGER_LISTEN_URL = env_str("LEDGER_LISTEN_URL", "-").removeprefix("-")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")

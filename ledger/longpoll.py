@@ -131,7 +131,15 @@ class Waiters:
 
 
 def _listen_params() -> dict[str, Any]:
-    """How to reach the database Django uses (in tests: the test database)."""
+    """How to reach the database Django uses (in tests: the test database), or
+    `LEDGER_LISTEN_URL` when set: LISTEN needs a session of its own, so behind a transaction
+    pooler (PgBouncer) it must be a direct connection to PostgreSQL."""
+    if settings.LEDGER_LISTEN_URL:
+        return {
+            "conninfo": settings.LEDGER_LISTEN_URL,
+            "connect_timeout": 3,
+            "application_name": APPLICATION_NAME,
+        }
     given = connection.settings_dict
     params = {
         "dbname": given["NAME"],

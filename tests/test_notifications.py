@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 from ledger_client import Ledger
@@ -305,3 +306,19 @@ def test_the_client_returns_the_unchanged_effect_when_its_timeout_passes(live_se
         record = ledger.wait_for_change(effect["id"], status="planned", timeout=2)
     assert record["status"] == "planned"
     assert 1.0 <= time.monotonic() - asked < 4.0
+
+
+def test_a_listen_url_gives_the_listener_a_connection_of_its_own(settings, db):
+    """Behind a transaction pooler, LEDGER_LISTEN_URL points the LISTEN at PostgreSQL itself."""
+    given = connection.settings_dict
+    settings.LEDGER_LISTEN_URL = (
+        f"postgresql://{given['USER']}@{given['HOST'] or '127.0.0.1'}:{given['PORT'] or 5432}"
+        f"/{given['NAME']}"
+    )
+    params = longpoll._listen_params()
+    assert params["conninfo"] == settings.LEDGER_LISTEN_URL
+    with psycopg.connect(**params, autocommit=True) as conn:
+        conn.execute(f"LISTEN {longpoll.CHANNEL}")
+        assert conn.execute("SELECT current_database()").fetchone()[0] == given["NAME"]
+        name = conn.execute("SELECT current_setting('application_name')").fetchone()[0]
+        assert name == longpoll.APPLICATION_NAME
