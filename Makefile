@@ -42,12 +42,13 @@ test: install-test
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 bench: install-test
-	$(PIP) install --quiet -e '.[bench]' || echo "dbos did not install: its baseline will be skipped"
+	$(PIP) install --quiet -e '.[bench]' || { echo "dbos did not install: the DBOS baselines need it" >&2; exit 1; }
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/lifecycle.py; a=$$?; \
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/recovery.py; b=$$?; \
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/pages.py; c=$$?; \
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/exports.py; d=$$?; \
-	exit $$((a | b | c | d))
+	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/payments.py; e=$$?; \
+	exit $$((a | b | c | d | e))
 
 # The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
