@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import unicodedata
 from datetime import datetime
 from decimal import Decimal
@@ -49,54 +48,9 @@ def _number(value: int | float | Decimal) -> str:
 def dumps(value: Any, *, canonical: bool = False) -> str:
     """JSON text. `canonical` sorts keys, NFC-normalises strings and writes equal numbers alike
     (`10.10` and `10.1`, `1` and `1.0`): the form request hashes are taken over."""
-    if not canonical:
-        return _fast_dumps(value)
     parts: list[str] = []
     _write(value, parts, canonical)
     return "".join(parts)
-
-
-def slow_dumps(value: Any) -> str:
-    """`dumps(value)` written by this module's own writer (what `_fast_dumps` must equal)."""
-    parts: list[str] = []
-    _write(value, parts, False)
-    return "".join(parts)
-
-
-# The standard library's C encoder does the work; a Decimal comes out of it as a string between
-# two NUL markers, which are then taken off with the quotes, leaving the number exactly as
-# written. Should a string of the value hold NUL itself (nothing the API accepts does), the
-# markers no longer add up and the module's own writer writes it instead.
-_MARK = "\x00"
-_ESCAPED_MARK = "\\u0000"
-_MARKED = re.compile(r'"\\u0000(-?[0-9][0-9.Ee+-]*)\\u0000"')
-
-
-def _fast_dumps(value: Any) -> str:
-    decimals = 0
-
-    def default(item: Any) -> Any:
-        nonlocal decimals
-        if isinstance(item, Decimal):
-            if not item.is_finite():
-                raise ValueError(f"{item} cannot be written as JSON")
-            decimals += 1
-            return f"{_MARK}{item}{_MARK}"
-        if isinstance(item, datetime):
-            return item.isoformat().replace("+00:00", "Z")
-        if isinstance(item, UUID):
-            return str(item)
-        raise TypeError(f"{type(item).__name__} is not JSON serialisable")
-
-    encoder = json.JSONEncoder(
-        ensure_ascii=True, allow_nan=False, separators=(",", ":"), default=default
-    )
-    text = encoder.encode(value)
-    if not decimals:
-        return text
-    if text.count(_ESCAPED_MARK) != 2 * decimals:
-        return slow_dumps(value)
-    return _MARKED.sub(r"\1", text)
 
 
 def _canonical_number(value: int | float | Decimal) -> str:
