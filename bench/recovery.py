@@ -7,7 +7,7 @@
    (`reconcilers.schedules.sweep`, called here once) enqueues `check_effects` jobs of 200 ids,
    and two `manage.py rqworker default --worker-class reconcilers.worker.LedgerWorker`
    processes — what `make run` starts — run them. Measured: wall time from the sweep until no
-   effect is left in dispatching / awaiting_confirmation / unknown, as effects/s (goal ≥ 300).
+   effect is left in dispatching / awaiting_confirmation / unknown, as effects/s (goal ≥ 500).
    Checked:
    5,000 confirmed with the provider's charge id, 5,000 planned (not found, settle_after
    passed, attempts left), none failed or unknown, one `reconciliation` event each, no review

@@ -22,7 +22,7 @@ from bench.recovery_seed import RUN_ID, TOOL, Seeded, provider_transactions, see
 from config.stack import manage_argv
 from reconcilers.sandbox.launch import SandboxProcess
 
-RECOVERY_GOAL = 300.0  # effects resolved per second, two workers
+RECOVERY_GOAL = 500.0  # effects resolved per second, two workers
 UNRESOLVED = ("dispatching", "awaiting_confirmation", "unknown")
 
 

@@ -96,6 +96,9 @@ def seed_dispatching(agent_id: int, run_id: str, count: int) -> tuple[list[str],
         "VALUES (%s, %s, %s, now() - interval '11 minutes')",
         [agent_id, run_id, count],
     )
+    # A live table has statistics; a freshly migrated one filled in bulk has none, and the
+    # planner then treats it as empty (a hash of every dispatching effect for 50 ids).
+    sql_exec("ANALYZE ledger_effect, ledger_effectevent")
     return ids, keys
 
 

@@ -198,7 +198,13 @@ def _major(minor: int, currency: str) -> str:
     return str(Decimal(minor).scaleb(-exponent(currency)))
 
 
+def release_sql(effect_ids: str) -> str:
+    """SQL: a proof of non-receipt for the effects `effect_ids` (a SQL expression giving their
+    ids) — their amounts no longer count against any limit."""
+    return f"DELETE FROM {_CHARGES} WHERE effect_id IN ({effect_ids})"
+
+
 def release(effect_id: Any) -> None:
     """A proof of non-receipt: the effect's amount no longer counts against any limit."""
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {_CHARGES} WHERE effect_id = %s", [effect_id])
+        cursor.execute(release_sql("%s"), [effect_id])

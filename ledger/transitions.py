@@ -7,12 +7,14 @@ appended `EffectEvent`. Lease and deadline arithmetic uses the database clock (`
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import JSONField
 from django.db.models.functions import Now
 
 from ledger import digests, jsonenc, keyuse
@@ -28,7 +30,7 @@ from ledger.halts import active_halt_for, claim_refusal
 from ledger.halts import refusal as halt_refusal
 from ledger.halts import refusal_from_trigger as halt_refusal_from_trigger
 from ledger.interlocks import blocked_by, cancel_dependents
-from ledger.limits import NON_RECEIPT, release
+from ledger.limits import NON_RECEIPT, release, release_sql
 from ledger.limits import refusal_from_trigger as limit_refusal
 from ledger.metrics import count_transition
 from ledger.models import Effect, EffectEvent, EventKind, Reason
@@ -245,6 +247,188 @@ def _follow_on(effect: Effect, *, actor: str) -> None:
             )
         elif effect.status in _COMPENSATION_TROUBLE:
             open_review(parent.id, _COMPENSATION_TROUBLE[effect.status])
+
+
+@dataclass(frozen=True)
+class Move:
+    """One effect's transition for `transition_many`: what `transition` takes, per effect.
+    `before` are further events (`event_values(...)` lists) recorded just ahead of the
+    transition's own, and only if the effect moves: the evidence that led to it."""
+
+    effect: Effect  # as read: its id, status and version are what the UPDATE must still find
+    to: Status
+    reason: str = ""
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any] | None = None
+    before: Sequence[Sequence[Any]] = ()
+
+
+def transition_many(
+    moves: Sequence[Move],
+    *,
+    actor: str,
+    where: Sequence[tuple[str, Sequence[Any]]] = (),
+) -> set[Any]:
+    """`transition` for many effects at once, in one statement per shape of move (same from
+    and to status, same columns): each effect's UPDATE, its events and, on proof of
+    non-receipt, the release of its amount are one `WITH … UPDATE … FROM json_to_recordset`, so an
+    effect either moves with all of it or leaves no trace. Returns the ids that moved; an
+    effect someone else moved meanwhile is simply not among them (no `Superseded`). Counts,
+    follow-ons and the columns set on entry are `transition`'s own. Raises `InvalidTransition`
+    before writing anything if any move is not allowed."""
+    if len({move.effect.id for move in moves}) < len(moves):
+        raise ValueError("transition_many: an effect may move only once per call")
+    for move in moves:
+        if not is_allowed(move.effect.status, move.to):
+            raise InvalidTransition(
+                f"An effect in {move.effect.status} cannot move to {move.to}.",
+                status=move.effect.status,
+            )
+    groups: dict[tuple[Any, ...], list[tuple[Move, list[Any]]]] = {}
+    for move in moves:
+        values = entry_columns(move.effect.status, move.to, move.changes)
+        # Per-row values travel as data; database expressions (and NULL, the value of most
+        # columns a move clears) are written in the statement, the same for its whole group.
+        shape = tuple(
+            (name, value.sql, value.params)
+            if isinstance(value, SqlExpr)
+            else (name, "NULL", ())
+            if value is None
+            else (name,)
+            for name, value in values.items()
+        )
+        key = (str(move.effect.status), str(move.to), move.reason in NON_RECEIPT, shape)
+        row = [values[name] for name, *expr in shape if not expr]
+        groups.setdefault(key, []).append((move, row))
+    moved: set[Any] = set()
+    with transaction.atomic(savepoint=False):
+        for (_, _, releases, shape), members in groups.items():
+            rows = _move_group(members, shape, actor=actor, where=where, releases=releases)
+            for effect_id, status, _ in rows:
+                moved.add(effect_id)
+                count_transition(members[0][0].effect.status, status)
+            # Rare (a failed upstream, a compensation): the follow-ons work on whole effects.
+            following = [
+                i
+                for i, status, kind in rows
+                if status in UPSTREAM_DEAD or kind == Kind.COMPENSATION
+            ]
+            if following:
+                for effect in Effect.objects.filter(pk__in=following).order_by("pk"):
+                    _follow_on(effect, actor=actor)
+    return moved
+
+
+def _move_group(
+    members: Sequence[tuple[Move, list[Any]]],
+    shape: tuple[tuple[Any, ...], ...],
+    *,
+    actor: str,
+    where: Sequence[tuple[str, Sequence[Any]]],
+    releases: bool,
+) -> list[tuple[Any, str, str]]:
+    """One statement for moves of one shape; (id, status, kind) of each row that moved. The
+    per-effect values and events travel as two JSON documents (`json_to_recordset`): one
+    string each to quote, where arrays or VALUES cost a parameter per value."""
+    first = members[0][0]
+    key = [_FIELD_BY_COLUMN["id"], _FIELD_BY_COLUMN["version"]]
+    per_row = [
+        _FIELD_BY_COLUMN.get(name) or Effect._meta.get_field(name)
+        for name, *expr in shape
+        if not expr
+    ]
+    # Named apart from the table's columns, so that the table's unqualified names (in `where`
+    # conditions and SqlExpr) still mean the effect's own.
+    names = ["_id", "_version", *(f"_c{i}" for i in range(len(per_row)))]
+    rows = []
+    for n, (move, row) in enumerate(members, start=1):
+        values = [move.effect.id, move.effect.version, *row]
+        rows.append(
+            f'{{"_n":{n}'
+            + "".join(
+                f',"{name}":{_json_value(f, value)}'
+                for name, f, value in zip(names, key + per_row, values, strict=True)
+            )
+            + "}"
+        )
+    record = ", ".join(
+        ["_n int"]
+        + [
+            f"{name} {f.cast_db_type(connection)}"
+            for name, f in zip(names, key + per_row, strict=True)
+        ]
+    )
+    sets = ["status = %s", "version = version + 1", "updated_at = now()"]
+    params: list[Any] = [str(first.to)]
+    column = 0
+    for name, *expr in shape:
+        target = (_FIELD_BY_COLUMN.get(name) or Effect._meta.get_field(name)).column
+        if expr:
+            sets.append(f"{target} = {expr[0]}")
+            params.extend(expr[1])
+        else:
+            sets.append(f"{target} = v._c{column}")
+            column += 1
+    params.append("[" + ",".join(rows) + "]")
+    # `id = ANY(…)` as well as the join: an index scan of the named rows, never a hash of
+    # every effect in the status.
+    conditions = [
+        "id = ANY(string_to_array(%s, ',')::uuid[])",
+        "id = v._id",
+        "status = %s",
+        "version = v._version",
+    ]
+    params += [",".join(str(move.effect.id) for move, _ in members), str(first.effect.status)]
+    for condition, condition_params in where:
+        conditions.append(condition)
+        params.extend(condition_params)
+    events = []
+    for n, (move, _) in enumerate(members, start=1):
+        transition_event = event_values(
+            kind=EventKind.TRANSITION,
+            actor=actor,
+            from_status=move.effect.status,
+            to_status=move.to,
+            reason=move.reason,
+            data=move.data,
+        )
+        for event in [*move.before, transition_event]:
+            kind, actor_, from_status, to_status, reason, data, digest = event
+            events.append(
+                f'{{"n":{n},"k":{len(events)},"kind":{_text(kind)},"actor":{_text(actor_)},'
+                f'"from_status":{_text(from_status)},"to_status":{_text(to_status)},'
+                f'"reason":{_text(reason)},"data":{data},"digest":{_text(digest)}}}'
+            )
+    params.append("[" + ",".join(events) + "]")
+    ctes = [
+        f"moved AS (UPDATE {_EFFECT_TABLE} SET {', '.join(sets)} "
+        f"FROM json_to_recordset(%s::json) AS v({record}) "
+        f"WHERE {' AND '.join(conditions)} RETURNING id, status, kind, v._n)",
+        f"events AS (INSERT INTO {_EVENT_TABLE} (effect_id, {EVENT_COLUMNS}, created_at) "
+        "SELECT moved.id, e.kind, e.actor, e.from_status, e.to_status, e.reason, e.data, "
+        "e.digest, now() FROM moved JOIN json_to_recordset(%s::json) AS e(n int, k int, "
+        "kind text, actor text, from_status text, to_status text, reason text, data jsonb, "
+        "digest text) ON e.n = moved._n ORDER BY e.k)",
+    ]
+    if releases:
+        # Proof it never left: its amount stops counting (`ledger.limits`, for the set).
+        ctes.append(f"released AS ({release_sql('SELECT id FROM moved')})")
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {', '.join(ctes)} SELECT id, status, kind FROM moved", params)
+        return cursor.fetchall()
+
+
+def _text(value: Any) -> str:
+    """A string as JSON (the C encoder: these are many and short)."""
+    return json.dumps(str(value))
+
+
+def _json_value(f: Any, value: Any) -> str:
+    """A column's value as JSON for `json_to_recordset`, as the model field would store it: a
+    JSON field's value through its encoder (null: SQL NULL), any other prepared by its field."""
+    if isinstance(f, JSONField):
+        return "null" if value is None else json.dumps(value, cls=f.encoder)
+    return jsonenc.dumps(f.get_db_prep_save(value, connection))
 
 
 def lease_is_live(effect: Effect) -> bool:

@@ -6,6 +6,12 @@ any number of workers can run side by side, and a checker that dies only delays 
 asks the provider *outside* any transaction, then records the answer and its consequence in
 one transaction. A transition loses, harmlessly, to anyone who moved the effect meanwhile.
 
+A batch's common answers (found and matching; not found where that proves non-receipt) are
+each one transition, and they are written together: `ledger.transitions.transition_many` moves
+them with their reconciliation and transition events in one statement per kind of move, so
+an effect that moved meanwhile is left out with no trace. The other answers (a review, a
+reschedule, a chain of moves) are recorded one by one, each in a savepoint.
+
 What an answer leads to (DESIGN.md, "Recovery"):
 
 | answer                  | then                                                                |
@@ -35,7 +41,15 @@ from ledger.recovery import apply_plan, database_now, plan_for
 from ledger.reviewqueue import open_review
 from ledger.states import CHECKED, Status, sql_list
 from ledger.tools import Policy
-from ledger.transitions import Superseded, record_event, seconds_from_now, transition
+from ledger.transitions import (
+    Move,
+    Superseded,
+    event_values,
+    record_event,
+    seconds_from_now,
+    transition,
+    transition_many,
+)
 from reconcilers.adapters import FOUND, NOT_FOUND, Lookup
 from reconcilers.registry import adapter_for
 
@@ -100,8 +114,8 @@ _lookups = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lookup")
 
 def check(effects: list[Effect]) -> None:
     """Decide each taken effect: tools and the clock are read once per batch, the providers
-    are asked concurrently and outside any transaction, and each answer is recorded with its
-    consequence in a transaction of its own (losing harmlessly to anyone who moved it)."""
+    are asked concurrently and outside any transaction, and the answers are recorded with
+    their consequences in one transaction (an effect that moved meanwhile is left alone)."""
     if not effects:
         return
     tools = {t.name: t for t in Tool.objects.filter(name__in={e.tool for e in effects})}
@@ -118,10 +132,27 @@ def check(effects: list[Effect]) -> None:
             strict=True,
         )
     )
-    # One commit for the batch (a WAL flush per effect would dominate), a savepoint per effect
-    # so that one effect that moved meanwhile does not undo the others.
+    moves: list[Move] = []
+    others: list[Effect] = []
+    for effect in effects:
+        answer = answers.get(effect.id)
+        move = (
+            None if answer is None else _settling_move(effect, policies[effect.tool], answer, now)
+        )
+        if move is None:
+            others.append(effect)
+        else:
+            moves.append(move)
+    # One commit for the batch (a WAL flush per effect would dominate).
     with transaction.atomic():
-        for effect in effects:
+        moved = transition_many(moves, actor=ACTOR)
+        for move in moves:
+            if move.effect.id in moved:
+                count_reconciliation(move.effect.tool, answers[move.effect.id].outcome)
+            else:
+                log.info("effect %s changed while it was being checked; leaving it", move.effect.id)
+        # A savepoint each, so that one effect that moved meanwhile does not undo the others.
+        for effect in others:
             policy = policies[effect.tool]
             if effect.id in answers:
                 _record_answer(effect, policy, answers[effect.id], now)
@@ -129,18 +160,71 @@ def check(effects: list[Effect]) -> None:
                 _without_lookup(effect, policy, now)
 
 
+def _reconciliation(effect: Effect, answer: Lookup) -> dict[str, Any]:
+    """The reconciliation event of an answer: what the provider said, whatever follows."""
+    return {
+        "kind": EventKind.RECONCILIATION,
+        "actor": ACTOR,
+        "from_status": effect.status,
+        "to_status": effect.status,
+        "reason": answer.outcome,
+        "data": answer.evidence(),
+    }
+
+
+def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> Move | None:
+    """The answer's whole consequence when it is one transition, with the reconciliation event
+    ahead of it: found and matching (confirmed or failed as the provider says; pending moves a
+    dispatching effect to awaiting_confirmation), or not found by a provider that honours keys
+    once `settle_after` has passed (planned while attempts remain, else failed: it was never
+    sent). None when it takes more (a review, a reschedule, a chain of moves): `_apply`."""
+
+    def move(to: Status, reason: str, changes: dict[str, Any], data: dict[str, Any]) -> Move:
+        before = [event_values(**_reconciliation(effect, answer))]
+        return Move(effect, to, reason=reason, changes=changes, data=data, before=before)
+
+    if answer.outcome == FOUND and not answer.mismatches:
+        evidence = {"provider_ref": answer.provider_ref, "lookup": answer.evidence()}
+        changes: dict[str, Any] = {"provider_ref": policy.redactor.text(answer.provider_ref)}
+        if answer.status in ("confirmed", "failed"):
+            if answer.answer is not None:
+                changes["response"] = policy.redactor(answer.answer)
+            return move(Status(answer.status), "found_at_provider", changes, evidence)
+        if effect.status != Status.DISPATCHING:
+            return None  # pending while awaiting or unknown: asked again later
+        # Pending at the provider: it has the request and will decide.
+        wait = policy.confirm_within or timedelta(hours=1)
+        changes["confirm_deadline"] = seconds_from_now(wait.total_seconds())
+        changes["next_check_at"] = seconds_from_now(_backoff(0))
+        return move(Status.AWAITING_CONFIRMATION, "pending_at_provider", changes, evidence)
+    if (
+        answer.outcome == NOT_FOUND
+        and effect.status != Status.AWAITING_CONFIRMATION
+        and policy.honours_key
+        and now >= _settled_at(effect, policy, now)
+    ):
+        data = {"lookup": answer.evidence()}
+        if effect.attempt < effect.max_attempts:
+            changes = {"next_check_at": None, "checks": 0}
+            return move(Status.PLANNED, "never_received", changes, data)
+        return move(Status.FAILED, "never_sent", {}, data)
+    return None
+
+
+def _settled_at(effect: Effect, policy: Policy, now: datetime) -> datetime:
+    """When a provider's "not found" starts to prove the request never arrived: settle_after
+    past the last moment it could have left."""
+    if effect.status == Status.DISPATCHING:
+        sent_until = effect.lease_expires_at or now
+    else:
+        sent_until = effect.left_dispatch_at or now
+    return sent_until + (policy.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER))
+
+
 def _record_answer(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
     try:
         with transaction.atomic():
-            record_event(
-                effect.id,
-                kind=EventKind.RECONCILIATION,
-                actor=ACTOR,
-                from_status=effect.status,
-                to_status=effect.status,
-                reason=answer.outcome,
-                data=answer.evidence(),
-            )
+            record_event(effect.id, **_reconciliation(effect, answer))
             count_reconciliation(effect.tool, answer.outcome)
             _apply(effect, policy, answer, now)
     except Superseded:
@@ -164,88 +248,28 @@ def _without_lookup(effect: Effect, policy: Policy, now: datetime) -> None:
 
 
 def _apply(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
-    if answer.outcome == FOUND:
-        _found(effect, policy, answer, now)
-    elif answer.outcome == NOT_FOUND and effect.status != Status.AWAITING_CONFIRMATION:
-        _not_found(effect, policy, answer, now)
-    else:
-        _inconclusive(effect, answer, now)
-
-
-def _found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
-    evidence = {"provider_ref": answer.provider_ref, "lookup": answer.evidence()}
-    if answer.mismatches:
+    """The answers that take more than one transition (`_settling_move` has the others)."""
+    if answer.outcome == FOUND and answer.mismatches:
         effect = _to_unknown(effect, Reason.MISMATCH.value)
         open_review(effect.id, Reason.MISMATCH)
         _reschedule(effect, None)
-        return
-    if answer.status in ("confirmed", "failed"):
-        changes: dict[str, Any] = {"provider_ref": policy.redactor.text(answer.provider_ref)}
-        if answer.answer is not None:
-            changes["response"] = policy.redactor(answer.answer)
-        transition(
-            effect,
-            Status(answer.status),
-            actor=ACTOR,
-            reason="found_at_provider",
-            changes=changes,
-            data=evidence,
-        )
-        return
-    # Pending at the provider: it has the request and will decide.
-    if effect.status == Status.DISPATCHING:
-        wait = policy.confirm_within or timedelta(hours=1)
-        transition(
-            effect,
-            Status.AWAITING_CONFIRMATION,
-            actor=ACTOR,
-            reason="pending_at_provider",
-            changes={
-                "provider_ref": policy.redactor.text(answer.provider_ref),
-                "confirm_deadline": seconds_from_now(wait.total_seconds()),
-                "next_check_at": seconds_from_now(_backoff(0)),
-            },
-            data=evidence,
-        )
+    elif answer.outcome == NOT_FOUND and effect.status != Status.AWAITING_CONFIRMATION:
+        _not_found(effect, policy, now)
     else:
+        # Also a pending record for an effect that has left dispatching: asked again later.
         _inconclusive(effect, answer, now)
 
 
-def _not_found(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
+def _not_found(effect: Effect, policy: Policy, now: datetime) -> None:
     if not policy.honours_key:
         # A provider that ignores keys may hold our request under another name.
         effect = _to_unknown(effect, Reason.NOT_FOUND_UNPROVEN.value)
         open_review(effect.id, Reason.NOT_FOUND_UNPROVEN)
         _reschedule(effect, None)
         return
-    if effect.status == Status.DISPATCHING:
-        sent_until = effect.lease_expires_at or now
-    else:
-        sent_until = effect.left_dispatch_at or now
-    settled_at = sent_until + (
-        policy.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER)
-    )
-    if now < settled_at:
-        # A slow request may still land; ask again once it could no longer.
-        _reschedule(effect, settled_at)
-        return
-    if effect.attempt < effect.max_attempts:
-        transition(
-            effect,
-            Status.PLANNED,
-            actor=ACTOR,
-            reason="never_received",
-            changes={"next_check_at": None, "checks": 0},
-            data={"lookup": answer.evidence()},
-        )
-    else:
-        transition(
-            effect,
-            Status.FAILED,
-            actor=ACTOR,
-            reason="never_sent",
-            data={"lookup": answer.evidence()},
-        )
+    # Not settled yet (a settled "not found" is a `_settling_move`): a slow request may still
+    # land; ask again once it could no longer.
+    _reschedule(effect, _settled_at(effect, policy, now))
 
 
 def _inconclusive(effect: Effect, answer: Lookup, now: datetime) -> None:
