@@ -283,12 +283,15 @@ SELECT {_id("p.cg")}, {_agent("p.target_g")}, {_key("p.target_g")} || ':compensa
 """
 
 
+# Each item carries its effect's tool, agent, run and creation time, as ledger.reviewqueue
+# copies them.
 INSERT_REVIEWS = f"""
 INSERT INTO reviews_reviewitem
        (effect_id, reason, opened_at, due_at, assignee_id, resolved_at, resolved_by_id,
-        resolution, decision_id)
-SELECT effect_id, reason, opened_at, opened_at + interval '7 days', assignee_id, resolved_at,
-       resolved_by_id, resolution, decision_id
+        resolution, decision_id, tool, agent_id, run_id, effect_created_at)
+SELECT i.effect_id, i.reason, i.opened_at, i.opened_at + interval '7 days', i.assignee_id,
+       i.resolved_at, i.resolved_by_id, i.resolution, i.decision_id, e.tool, e.agent_id, e.run_id,
+       e.created_at
   FROM (SELECT {_id("d.target_g")} AS effect_id, d.reason, d.opened_at,
                %(colleague)s::int AS assignee_id, d.resolved_at,
                %(colleague)s::int AS resolved_by_id,
@@ -298,7 +301,8 @@ SELECT effect_id, reason, opened_at, opened_at + interval '7 days', assignee_id,
         UNION ALL
         SELECT {_id("r.g")}, r.reason, r.opened_at, r.assignee_id, NULL, NULL, '', NULL
           FROM plan_review r) i
- ORDER BY opened_at
+  JOIN ledger_effect e ON e.id = i.effect_id
+ ORDER BY i.opened_at
 """
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from typing import Any
 from bench.cpu import CLOCK_TICKS, machine_ticks, ticks_of
 from bench.harness import sql_rows
 
-PAGE_SIZE = 50  # reviews.views.queue.PAGE_SIZE
+PAGE_SIZE = 50  # reviews.queue.PAGE_SIZE (and COUNT_CAP is 10,000: the LIMITs of RAW_QUEUE)
 DEEP_PAGE = 50
 REASON_FILTER = "reconciliation_inconclusive"
 # The raw baseline runs in every fourth round: its medians need fewer samples, and the overview's
@@ -25,14 +26,44 @@ RAW_EVERY = 4
 # --- The pages and their raw queries ---------------------------------------------------------
 
 
+# The queue's shape (reviews.queue.open_page): the page's ids picked from the review items
+# alone, then those rows with their effects, agents and people; beside them how many items match,
+# counted up to the cap. One round trip here, three queries for the page.
 RAW_QUEUE = """
-SELECT r.*, e.*, a.*, u.*
-  FROM reviews_reviewitem r
+WITH page AS (
+    SELECT r.id FROM reviews_reviewitem r
+     WHERE r.resolved_at IS NULL {where}
+     ORDER BY {order} LIMIT 51 OFFSET {offset}
+), matching AS (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM reviews_reviewitem r WHERE r.resolved_at IS NULL {where} LIMIT 10001
+    ) m
+)
+SELECT matching.n, r.id, r.effect_id, r.reason, r.opened_at, r.due_at, r.resolved_at, r.tool,
+       r.run_id, e.effect_key, e.status, a.name, u.username, v.username
+  FROM page
+  JOIN reviews_reviewitem r ON r.id = page.id
   JOIN ledger_effect e ON e.id = r.effect_id
-  JOIN ledger_agent a ON a.id = e.agent_id
+  LEFT JOIN ledger_agent a ON a.id = r.agent_id
   LEFT JOIN auth_user u ON u.id = r.assignee_id
- WHERE r.resolved_at IS NULL {where}
- ORDER BY {order} LIMIT 50 OFFSET {offset}
+  LEFT JOIN auth_user v ON v.id = r.resolved_by_id
+ CROSS JOIN matching
+ ORDER BY {order}
+"""
+
+# What the overview reads per request (its counts come from the summary a background thread
+# refreshes): the oldest unresolved effect and the recent recovery activity.
+RAW_OVERVIEW = """
+SELECT (SELECT row(e.id, e.effect_key, e.status, e.tool, a.name, e.created_at)
+          FROM ledger_effect e JOIN ledger_agent a ON a.id = e.agent_id
+         WHERE e.status IN ('planned', 'dispatching', 'awaiting_confirmation', 'unknown',
+                            'awaiting_approval')
+         ORDER BY e.created_at LIMIT 1),
+       (SELECT array_agg(v.*) FROM (
+            SELECT id, effect_id, kind, actor, from_status, to_status, reason, created_at
+              FROM ledger_effectevent
+             WHERE kind = 'reconciliation' OR actor LIKE 'system:%'
+             ORDER BY id DESC LIMIT 15) v)
 """
 
 
@@ -43,7 +74,7 @@ def raw_queue(where: str = "", order: str = "r.opened_at, r.id", offset: int = 0
 @dataclass
 class PageKind:
     name: str
-    goal: bool  # the issue's goal applies (queue and detail)
+    goal: bool  # the issue's goal applies (every page measured)
     path: Callable[[int], str]  # request number → path
     raw_sql: str
     raw_params: Callable[[int], Any]  # request number → parameters of the raw query
@@ -70,7 +101,7 @@ def page_kinds(me_id: int, sample: list[str]) -> list[PageKind]:
             "queue ?tool=send_email",
             True,
             fixed("/queue/?tool=send_email"),
-            raw_queue("AND e.tool = 'send_email'"),
+            raw_queue("AND r.tool = 'send_email'"),
             none,
         ),
         PageKind(
@@ -91,8 +122,8 @@ def page_kinds(me_id: int, sample: list[str]) -> list[PageKind]:
             "queue ?assignee=me",
             True,
             fixed("/queue/?assignee=me"),
-            raw_queue("AND r.assignee_id = %s"),
-            lambda _: [me_id],
+            raw_queue("AND r.assignee_id = %(me)s"),
+            lambda _: {"me": me_id},
         ),
         PageKind(
             "queue ?sort=due",
@@ -116,14 +147,7 @@ def page_kinds(me_id: int, sample: list[str]) -> list[PageKind]:
             "SELECT * FROM ledger_effectevent WHERE effect_id = %s ORDER BY id",
             lambda n: [sample[n % len(sample)]],
         ),
-        PageKind(
-            "overview",
-            False,
-            fixed("/"),
-            "SELECT tool, status, count(*) FROM ledger_effect WHERE kind <> 'decision' "
-            "GROUP BY tool, status",
-            none,
-        ),
+        PageKind("overview", True, fixed("/"), RAW_OVERVIEW, none),
     ]
 
 
@@ -251,6 +275,56 @@ def measure(
     ours += (ticks_of(backend) + ticks_of(raw_backend) - pg) / CLOCK_TICKS
     machine.ours = ours / (machine.seconds * (os.cpu_count() or 1))
     return samples, machine
+
+
+# --- Pages polling in the background ---------------------------------------------------------
+
+
+class Pollers:
+    """Operators who keep the overview open while the pages are measured: each polls its panels
+    (the htmx partial, as the page does every few seconds) from a thread of its own, with its
+    own session and database connection, as a gunicorn worker's other threads would serve them
+    beside the measured requests. Their polls also keep the overview's summary refreshing."""
+
+    def __init__(self, count: int, every: float, user: Any) -> None:
+        self.count, self.every, self.user = count, every, user
+        self.ms: list[float] = []
+        self.errors = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._poll, args=(i * every / max(count, 1),), daemon=True)
+            for i in range(count)
+        ]
+
+    def __enter__(self) -> Pollers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _poll(self, offset: float) -> None:
+        from django.db import connections
+        from django.test import Client
+
+        client = Client()
+        client.force_login(self.user)
+        try:
+            stopped = self._stop.wait(offset)
+            while not stopped:
+                start = time.perf_counter()
+                response = client.get("/", headers={"HX-Request": "true"})
+                ms = 1000 * (time.perf_counter() - start)
+                with self._lock:
+                    self.ms.append(ms)
+                    self.errors += response.status_code != 200
+                stopped = self._stop.wait(self.every)
+        finally:
+            connections.close_all()
 
 
 @dataclass

@@ -15,7 +15,7 @@ from bench.pages_measure import Captured, Machine, PageKind, Samples
 from bench.report import machine_info, percentile, print_grid, write_result
 
 RESULT_FILE = ROOT / "var" / "bench" / "pages.json"
-GOAL_MS = 150.0  # p95 server time of the queue and detail pages
+GOAL_MS = 150.0  # p95 server time of every page measured
 
 
 @dataclass
@@ -157,6 +157,7 @@ def write_report(
     build_seconds: dict[str, float],
     captured: dict[str, Captured],
     plans: dict[str, list[str]],
+    background: dict[str, Any],
 ) -> None:
     data = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -167,6 +168,7 @@ def write_report(
         "dataset": dataset,
         "build_seconds": build_seconds,
         "machine_during_measurement": asdict(machine),
+        "background": background,
         "results": [
             {**asdict(r), "met": r.met, "cpu_estimate_ms": r.cpu_estimate_ms} for r in results
         ],

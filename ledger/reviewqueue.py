@@ -4,7 +4,8 @@ Every item is opened by one INSERT shape, whether for one effect (`open_review`)
 sweep (`reviews.escalation`): due within the effect's tool's `resolve_within` or the default
 (LEDGER_RESOLVE_WITHIN, 24 h), and a no-op where the effect already has an open item (the
 partial unique index `review_one_open_uniq`). The alerts (`reviews.alerts`) count down to that
-due time.
+due time. A trigger (migration 0016) copies the effect's tool, agent, run and creation time
+onto every new item, so that the review queue filters and sorts by them without the effects.
 """
 
 from __future__ import annotations

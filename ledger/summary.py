@@ -1,9 +1,16 @@
-"""The state of the ledger as gauges, read from a summary refreshed every few seconds.
+"""The state of the ledger as counts, read from a summary refreshed every few seconds: the
+gauges of /metrics and the overview page.
 
-No gauge is kept up to date by the hot path: a transition only bumps an in-memory counter
-(`ledger.metrics`). What the gauges show is read here, by a handful of aggregate queries run
-at most once per `LEDGER_METRICS_REFRESH` seconds per process, when someone scrapes. Every
-worker process answers from its own copy; they agree within the refresh period.
+No count is kept up to date by the hot path: a transition only bumps an in-memory counter
+(`ledger.metrics`), and no row is updated on every transition for someone to read later. What
+the gauges and the overview show is read here, by a handful of aggregate queries run at most
+once per `LEDGER_METRICS_REFRESH` seconds per process. Every worker process answers from its
+own copy; they agree within the refresh period.
+
+A scrape (`summary()`) reads the summary again when it is older than the period. A page that
+polls (`latest()`) never waits for that: it is answered from the copy at hand, and while pages
+keep asking, a thread of the process re-reads the summary every period, so a page costs no
+aggregate over a million effects however often it polls.
 
 Tables of features that may not be installed yet (halts) are probed first and skipped when
 absent, so a scrape never fails because of a missing table.
@@ -11,29 +18,47 @@ absent, so a scrape never fails because of a missing table.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ledger.models import Alert, Effect, ReviewItem
+from ledger.interlocks import blocked_branches
+from ledger.models import Agent, Alert, Effect, ReviewItem
 from ledger.states import INCOMPLETE, sql_list
+
+log = logging.getLogger(__name__)
 
 _EFFECTS = Effect._meta.db_table
 _REVIEWS = ReviewItem._meta.db_table
 _ALERTS = Alert._meta.db_table
+_AGENTS = Agent._meta.db_table
+# Open review items are counted by age in hours: [0, 1), [1, 6), …, [168, ∞).
+REVIEW_AGE_HOURS = (0, 1, 6, 24, 72, 168)
+# Blocked branches named by the summary (the overview lists them), oldest first.
+BLOCKED_SHOWN = 20
+# How often the thread refreshing for pages wakes to look at the time (seconds), and after how
+# many refresh periods without a page asking it stops.
+_TICK = 0.5
+_IDLE_PERIODS = 3
 # Written by the halts work (ledger.halts): a row per halt, active while lifted_at is NULL.
 _HALTS = "ledger_halt"
 
 
 @dataclass
 class Summary:
-    effects: dict[tuple[str, str], int] = field(default_factory=dict)  # (tool, status) → count
+    # (agent's mode, kind, tool, status) → count; `effects` sums it over mode and kind.
+    effect_counts: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
     reviews_open: dict[str, int] = field(default_factory=dict)  # reason → count
     reviews_overdue: int = 0
     oldest_review_seconds: float = 0.0
@@ -44,6 +69,22 @@ class Summary:
     halts_active: dict[str, int] | None = None
     check_lag_seconds: float = 0.0
     checks_due: int = 0
+    # Agent's mode (None for an item that has no copy of its agent) → open items per age bucket
+    # of REVIEW_AGE_HOURS.
+    review_ages: dict[str | None, tuple[int, ...]] = field(default_factory=dict)
+    # Planned effects held back by an upstream effect: how many, and the oldest BLOCKED_SHOWN
+    # with the upstream holding each (ledger.interlocks.blocked_branches).
+    blocked_total: int = 0
+    blocked: list[dict[str, Any]] = field(default_factory=list)
+    taken_at: datetime = field(default_factory=timezone.now)
+
+    @property
+    def effects(self) -> dict[tuple[str, str], int]:
+        """(tool, status) → count, every mode and kind."""
+        total: Counter[tuple[str, str]] = Counter()
+        for (_, _, tool, status), n in self.effect_counts.items():
+            total[tool, status] += n
+        return dict(total)
 
 
 def _rows(sql: str) -> list[tuple]:
@@ -54,14 +95,22 @@ def _rows(sql: str) -> list[tuple]:
 
 def read_summary() -> Summary:
     """One pass of aggregate queries (each served by an index named in ledger.models, except the
-    effects count, which scans: it runs once per refresh, never per request)."""
+    effects count, which scans, and the blocked branches, which read every unresolved effect:
+    they run once per refresh, never per request)."""
     summary = Summary()
-    summary.effects = {
-        (tool, status): n
-        for tool, status, n in _rows(
-            f"SELECT tool, status, count(*) FROM {_EFFECTS} GROUP BY tool, status"
+    # Counted by agent first, then added up by the agents' modes: a join of four rows per
+    # group rather than a join per effect.
+    summary.effect_counts = {
+        (mode, kind, tool, status): n
+        for mode, kind, tool, status, n in _rows(
+            f"SELECT a.mode, c.kind, c.tool, c.status, sum(c.n)::bigint "
+            f"FROM (SELECT agent_id, kind, tool, status, count(*) AS n FROM {_EFFECTS} "
+            "GROUP BY agent_id, kind, tool, status) c "
+            f"JOIN {_AGENTS} a ON a.id = c.agent_id GROUP BY a.mode, c.kind, c.tool, c.status"
         )
     }
+    summary.review_ages = _review_ages()
+    summary.blocked_total, summary.blocked = blocked_branches(BLOCKED_SHOWN)
     # review_open_idx: open items.
     summary.reviews_open = dict(
         _rows(f"SELECT reason, count(*) FROM {_REVIEWS} WHERE resolved_at IS NULL GROUP BY reason")
@@ -96,6 +145,24 @@ def read_summary() -> Summary:
     return summary
 
 
+def _review_ages() -> dict[str | None, tuple[int, ...]]:
+    """Open review items per age bucket and agent's mode, in one pass over review_open_idx."""
+    bounds = [*REVIEW_AGE_HOURS[1:], None]
+    columns = ", ".join(
+        f"count(*) FILTER (WHERE r.opened_at <= now() - interval '{low} hours'"
+        + (f" AND r.opened_at > now() - interval '{high} hours')" if high else ")")
+        for low, high in zip(REVIEW_AGE_HOURS, bounds, strict=True)
+    )
+    return {
+        mode: tuple(counts)
+        for mode, *counts in _rows(
+            f"SELECT a.mode, {columns} FROM {_REVIEWS} r "
+            f"LEFT JOIN {_AGENTS} a ON a.id = r.agent_id WHERE r.resolved_at IS NULL "
+            "GROUP BY a.mode"
+        )
+    }
+
+
 def _active_halts() -> dict[str, int] | None:
     (present,) = _rows(
         "SELECT count(*) FROM information_schema.columns "
@@ -117,24 +184,95 @@ def _active_halts() -> dict[str, int] | None:
 
 class SummaryCollector(Collector):
     """Yields the gauges from a cached `Summary`, refreshing it when it is older than the
-    configured period. One refresh at a time per process; concurrent scrapes share it."""
+    configured period; hands the same summary to pages (`latest`). One read at a time per
+    process; concurrent readers share it."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._reading = threading.Lock()  # held for a whole read: one at a time
+        self._state = threading.Lock()  # held for a moment: the fields below
         self._summary: Summary | None = None
         self._read_at = 0.0
+        # Bumped by expire(): a read that began before it must not install its result.
+        self._generation = 0
+        self._wanted_at = 0.0  # when a page last asked (monotonic)
+        self._refresher: threading.Thread | None = None
 
     def summary(self) -> Summary:
-        with self._lock:
-            age = time.monotonic() - self._read_at
-            if self._summary is None or age >= settings.LEDGER_METRICS_REFRESH:
-                self._summary = read_summary()
-                self._read_at = time.monotonic()
-            return self._summary
+        """The summary, read again first when it is older than the period."""
+        with self._reading:
+            with self._state:
+                fresh = self._fresh(settings.LEDGER_METRICS_REFRESH)
+            return fresh or self._read()
+
+    def latest(self) -> Summary:
+        """The summary as last read, without waiting for a refresh (only the first read of the
+        process is waited for). Keeps the refreshing thread going while pages ask."""
+        with self._state:
+            self._wanted_at = time.monotonic()
+            current = self._summary
+            # A thread is gone in a forked child (a worker forked after a read): start anew.
+            if self._refresher is None or not self._refresher.is_alive():
+                self._refresher = threading.Thread(
+                    target=self._refresh_while_wanted, name="ledger-summary", daemon=True
+                )
+                self._refresher.start()
+        return current or self.summary()
 
     def expire(self) -> None:
-        with self._lock:
+        """Forget the summary: the next reader reads it afresh."""
+        with self._state:
             self._summary = None
+            self._generation += 1
+
+    def _fresh(self, period: float) -> Summary | None:
+        if self._summary is not None and time.monotonic() - self._read_at < period:
+            return self._summary
+        return None
+
+    def _read(self) -> Summary:
+        """Read the summary and keep it (unless expired meanwhile). Hold `_reading`."""
+        with self._state:
+            generation = self._generation
+        summary = read_summary()
+        with self._state:
+            if generation == self._generation:
+                self._summary, self._read_at = summary, time.monotonic()
+        return summary
+
+    def _refresh_while_wanted(self) -> None:
+        """The refreshing thread: re-read the summary whenever it has grown older than the
+        period, until no page has asked for `_IDLE_PERIODS` periods. It reads only a summary
+        that exists: after expire() the next reader reads it, in its own transaction. It holds
+        no database connection between reads."""
+        try:
+            while self._wanted():
+                time.sleep(_TICK)
+                period = settings.LEDGER_METRICS_REFRESH
+                try:
+                    with self._reading:
+                        with self._state:
+                            due = self._summary is not None and self._fresh(period) is None
+                        if due:
+                            self._read()
+                except DatabaseError:
+                    log.warning("reading the summary failed; pages keep the old one", exc_info=True)
+                    time.sleep(period)
+                finally:
+                    connection.close()
+        finally:
+            with self._state:
+                if self._refresher is threading.current_thread():
+                    self._refresher = None
+
+    def _wanted(self) -> bool:
+        """Whether a page asked within the last `_IDLE_PERIODS` periods. When none did, the
+        thread is forgotten at once, under the lock, so the next page to ask starts another."""
+        with self._state:
+            idle = time.monotonic() - self._wanted_at
+            if idle <= _IDLE_PERIODS * settings.LEDGER_METRICS_REFRESH:
+                return True
+            self._refresher = None
+            return False
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s = self.summary()
@@ -180,6 +318,11 @@ class SummaryCollector(Collector):
             )
         yield GaugeMetricFamily(
             "ledger_checks_due", "Reconciliation checks due now.", value=s.checks_due
+        )
+        yield GaugeMetricFamily(
+            "ledger_blocked_branches",
+            "Planned effects held back by an upstream effect that is not confirmed for good.",
+            value=s.blocked_total,
         )
         yield GaugeMetricFamily(
             "ledger_check_lag_seconds",

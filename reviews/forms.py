@@ -43,7 +43,7 @@ _ORDER = {
     "opened": ("opened_at", "id"),
     "-opened": ("-opened_at", "-id"),
     "due": ("due_at", "id"),
-    "effect_created": ("effect__created_at", "id"),
+    "effect_created": ("effect_created_at", "id"),
 }
 
 
@@ -71,12 +71,15 @@ class QueueFilter(django_filters.FilterSet):
         choices=Status.choices,
         empty_label="any",
     )
-    tool = django_filters.CharFilter(label="Tool", field_name="effect__tool")
-    agent = django_filters.CharFilter(label="Agent", field_name="effect__agent__name")
+    # Tool, agent and run (and the effect's age, for sorting) are the item's copies of its
+    # effect's (ledger.models.review): the queue narrows by them without joining the effects.
+    # The effect's status changes, so that filter still reads the effect.
+    tool = django_filters.CharFilter(label="Tool", field_name="tool")
+    agent = django_filters.CharFilter(label="Agent", field_name="agent__name")
     mode = django_filters.ChoiceFilter(
-        label="Mode", field_name="effect__agent__mode", choices=Mode.choices, empty_label="any"
+        label="Mode", field_name="agent__mode", choices=Mode.choices, empty_label="any"
     )
-    run = django_filters.CharFilter(label="Run", field_name="effect__run_id")
+    run = django_filters.CharFilter(label="Run", field_name="run_id")
     reason = django_filters.ChoiceFilter(label="Reason", choices=Reason.choices, empty_label="any")
     age = django_filters.ChoiceFilter(
         label="Age", choices=AGES, method="filter_age", empty_label="any"

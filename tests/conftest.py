@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from ledger import digests, longpoll
 from ledger.agentkeys import issue_key
+from ledger.metrics import summary
 from ledger.models import Agent, Effect, EffectEvent, Tool
 from ledger.roles import AUDITOR, OPERATOR, grant
 from ledger.toolfile import load
@@ -97,6 +98,15 @@ def django_db_setup(django_db_setup):
     test database, and must let go of it before the database is dropped."""
     yield
     longpoll.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_summary() -> Iterator[None]:
+    """Each test reads the summary behind /metrics and the overview afresh, in its own
+    transaction: a summary kept from an earlier test would count that test's rows."""
+    summary.expire()
+    yield
+    summary.expire()
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -10,9 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from ledger.metrics import summary
 from ledger.models import Effect, EffectDependency, Reason, ReviewItem
 from ledger.reviewqueue import open_review
 from ledger.transitions import record_event
+from reviews import queue as review_queue
 from tests.factories import signed_in
 
 
@@ -89,6 +92,34 @@ def test_the_overview_refreshes_its_panels_through_htmx(olga):
     assert partial.lstrip().startswith('<div id="panels"') and "<html" not in partial
 
 
+def unknown_effects(client: Client) -> int:
+    return dict(client.get("/").context["by_status"])["unknown"]
+
+
+def test_the_overview_counts_from_the_summary_not_from_the_effects_each_time(olga, make_effect):
+    make_effect("unknown")
+    client = signed_in(olga)
+    assert unknown_effects(client) == 1  # the process's first read of the summary
+    make_effect("unknown")
+    with CaptureQueriesContext(connection) as captured:
+        assert unknown_effects(client) == 1  # as counted a moment ago
+    assert not any("GROUP BY" in q["sql"] for q in captured.captured_queries)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_the_overview_polls_a_thread_keeps_its_counts_fresh(olga, make_effect, settings):
+    settings.LEDGER_METRICS_REFRESH = 1
+    make_effect("unknown")
+    client = signed_in(olga)
+    assert unknown_effects(client) == 1
+    make_effect("unknown")
+    deadline = time.monotonic() + 10
+    # Each poll is answered at once from the summary at hand, until the thread has re-read it.
+    while unknown_effects(client) != 2:
+        assert time.monotonic() < deadline, "the summary was not refreshed"
+        time.sleep(0.2)
+
+
 # --- Queue ------------------------------------------------------------------------------------
 
 
@@ -135,6 +166,12 @@ def test_the_queue_filters(olga, make_effect, query, expected):
     assert found == {effects[name].id for name in expected}
 
 
+def test_a_filter_that_matches_nothing_says_so(olga, make_effect):
+    queued(make_effect, 1)
+    html = signed_in(olga).get("/queue/?tool=nothing-like-it").content.decode()
+    assert "0 items." in html and "Nothing to review with these filters." in html
+
+
 def test_a_bad_filter_value_is_a_400_not_a_500(olga):
     assert signed_in(olga).get("/queue/?status=exploded").status_code == 400
     assert signed_in(olga).get("/queue/?sort=sideways").status_code == 400
@@ -146,11 +183,47 @@ def test_the_queue_sorts_and_pages(olga, make_effect):
         backdate_review(effect, age / 100)
     client = signed_in(olga)
     first = client.get("/queue/?sort=opened")
-    assert first.context["page"].paginator.num_pages == 2
+    assert first.context["page"].num_pages == 2
     assert first.context["page"][0].effect_id == effects[-1].id  # the oldest
+    assert "55 items." in first.content.decode() and "Page 1 of 2" in first.content.decode()
     newest = client.get("/queue/?sort=-opened&page=2")
     # Newest first: page 2 holds the five oldest, from the least old on.
     assert [i.effect_id for i in newest.context["page"]] == [e.id for e in effects[-5:]]
+    # A page past the end shows the last one, as does anything that is not a page number.
+    assert client.get("/queue/?page=9").context["page"].number == 2
+    assert client.get("/queue/?page=last").context["page"].number == 1
+
+
+def test_past_the_count_cap_the_queue_says_more_than_and_still_pages_on(
+    olga, make_effect, monkeypatch
+):
+    monkeypatch.setattr(review_queue, "COUNT_CAP", 60)
+    monkeypatch.setattr(review_queue, "PAGE_SIZE", 25)
+    queued(make_effect, 80)
+    client = signed_in(olga)
+    html = client.get("/queue/").content.decode()
+    assert "More than 60 items." in html and "Page 1</span>" in html and 'rel="next"' in html
+    last = client.get("/queue/?page=4")
+    assert len(last.context["page"]) == 5 and not last.context["page"].has_next
+    assert 'rel="next"' not in last.content.decode()
+
+
+def test_the_queue_sorts_by_the_age_of_the_effects(olga, make_effect):
+    effects = queued(make_effect, 3)
+    for days, effect in zip((1, 3, 2), effects, strict=True):
+        Effect.objects.filter(pk=effect.pk).update(created_at=effect.created_at - timedelta(days))
+    ReviewItem.objects.all().delete()
+    for effect in effects:
+        open_review(effect.id, Reason.INCONCLUSIVE)  # copies the effects' creation times
+    page = signed_in(olga).get("/queue/?sort=effect_created").context["page"]
+    assert [i.effect_id for i in page] == [effects[1].id, effects[2].id, effects[0].id]
+
+
+def test_the_queue_shows_the_items_copies_of_their_effects_tool_agent_and_run(olga, make_effect):
+    [effect] = queued(make_effect, 1, tool="send_email", run_id="run-copies")
+    html = signed_in(olga).get("/queue/?tool=send_email&agent=alice&run=run-copies").content
+    row = html.decode().split(f'data-effect="{effect.id}"')[1].split("</tr>")[0]
+    assert "<td>send_email</td>" in row and "alice" in row and "run-copies" in row
 
 
 def test_claiming_takes_an_item_once(olga, otto, make_effect):
@@ -237,19 +310,21 @@ def test_page_queries_do_not_grow_with_the_rows(olga, make_effect):
     queued(make_effect, 3)
     effect = make_effect("unknown")
     record_event(effect.id, kind="transition", actor="a", reason="x")
-    few = {
-        "overview": queries_for(client, "/"),
-        "queue": queries_for(client, "/queue/"),
-        "detail": queries_for(client, f"/effects/{effect.id}/"),
-    }
-    queued(make_effect, 40)
+
+    def counted() -> dict[str, int]:
+        summary.expire()  # the overview's first read of the summary is counted in
+        return {
+            "overview": queries_for(client, "/"),
+            "overview, summary at hand": queries_for(client, "/"),
+            "queue": queries_for(client, "/queue/"),
+            "queue, filtered, page 2": queries_for(client, "/queue/?tool=charge_card&page=2"),
+            "detail": queries_for(client, f"/effects/{effect.id}/"),
+        }
+
+    few = counted()
+    queued(make_effect, 60)
     for i in range(40):
         record_event(effect.id, kind="reconciliation", actor="system:reconciler", reason=str(i))
         child = make_effect("planned")
         EffectDependency.objects.create(downstream=child, upstream=effect)
-    many = {
-        "overview": queries_for(client, "/"),
-        "queue": queries_for(client, "/queue/"),
-        "detail": queries_for(client, f"/effects/{effect.id}/"),
-    }
-    assert many == few
+    assert counted() == few

@@ -47,6 +47,24 @@ class ReviewItem(models.Model):
     decision = models.ForeignKey(
         "ledger.Effect", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
+    # Copies of the effect's tool, agent, run and creation time, written by the statement that
+    # opens the item (ledger.reviewqueue): none of them ever changes on an effect, and with them
+    # the queue filters, sorts and pages on this table alone, through the partial indexes
+    # below, instead of joining a million effects first. NULL only on an item opened by
+    # something other than that statement (migration 0016 filled in those that existed before
+    # it). The effect's status is not copied: it changes with every transition.
+    tool = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
+    # Indexed through review_open_agent_idx; an agent is never deleted while it has effects.
+    agent = models.ForeignKey(
+        "ledger.Agent",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
+    run_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    effect_created_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         # The table keeps the name it had when the model lived in the reviews app.
@@ -59,8 +77,11 @@ class ReviewItem(models.Model):
                 name="review_one_open_uniq",
             ),
         ]
+        # Each index serves one way of narrowing or ordering the review queue
+        # (reviews.queue.open_page) over open items only: the queue selects a page's ids from
+        # one of them, then fetches those rows with their effects.
         indexes = [
-            # The review queue page: open items, oldest first (also the overview's age chart).
+            # The review queue page: open items, oldest first (also the summary's age buckets).
             models.Index(
                 fields=["opened_at"], name="review_open_idx", condition=Q(resolved_at__isnull=True)
             ),
@@ -72,6 +93,33 @@ class ReviewItem(models.Model):
             models.Index(
                 fields=["assignee", "opened_at"],
                 name="review_open_assignee_idx",
+                condition=Q(resolved_at__isnull=True),
+            ),
+            # The review queue filtered by tool, by reason, by agent (and mode), by run.
+            models.Index(
+                fields=["tool", "opened_at"],
+                name="review_open_tool_idx",
+                condition=Q(resolved_at__isnull=True),
+            ),
+            models.Index(
+                fields=["reason", "opened_at"],
+                name="review_open_reason_idx",
+                condition=Q(resolved_at__isnull=True),
+            ),
+            models.Index(
+                fields=["agent", "opened_at"],
+                name="review_open_agent_idx",
+                condition=Q(resolved_at__isnull=True),
+            ),
+            models.Index(
+                fields=["run_id", "opened_at"],
+                name="review_open_run_idx",
+                condition=Q(resolved_at__isnull=True),
+            ),
+            # The review queue sorted by the effects' age.
+            models.Index(
+                fields=["effect_created_at"],
+                name="review_open_effect_age_idx",
                 condition=Q(resolved_at__isnull=True),
             ),
         ]

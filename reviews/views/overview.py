@@ -1,53 +1,42 @@
-"""The overview: where the ledger stands, refreshed in place every few seconds."""
+"""The overview: where the ledger stands, refreshed in place every few seconds.
+
+Its counts (effects by status and tool, open review items by age) come from the summary that
+/metrics reads too (`ledger.summary`), re-read every LEDGER_METRICS_REFRESH seconds by a thread
+of the process while someone looks: a poll never counts a million effects. What it names (the
+oldest unresolved effect and the recent activity) is read live, each through an index that
+finds the few rows shown; the blocked branches come with the summary.
+"""
 
 from __future__ import annotations
 
-from django.db import connection
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger.interlocks import blocked_branches
-from ledger.models import Agent, Effect, EffectEvent, EventKind, Mode, ReviewItem
+from ledger.metrics import summary
+from ledger.models import Effect, EffectEvent, EventKind, Mode
 from ledger.states import INCOMPLETE, Kind, Status
+from ledger.summary import REVIEW_AGE_HOURS, Summary
 from reviews.access import reader
 
-# Open review items by age: (label, lower bound in hours, upper bound in hours).
-AGE_BUCKETS = [
-    ("< 1 h", 0, 1),
-    ("1–6 h", 1, 6),
-    ("6–24 h", 6, 24),
-    ("1–3 d", 24, 72),
-    ("3–7 d", 72, 168),
-    ("> 7 d", 168, None),
-]
+# Labels of the summary's age buckets of open review items (REVIEW_AGE_HOURS).
+AGE_LABELS = ["< 1 h", "1–6 h", "6–24 h", "1–3 d", "3–7 d", "> 7 d"]
 REFRESH_SECONDS = 5
-_BLOCKED_LIMIT = 20
 
 
-def _mode_join(alias: str, mode: str | None) -> tuple[str, list[str]]:
-    """A JOIN keeping only effects (alias `alias`) of agents in `mode`; nothing for all modes."""
-    if mode is None:
-        return "", []
-    return f" JOIN {Agent._meta.db_table} a ON a.id = {alias}.agent_id AND a.mode = %s", [mode]
-
-
-def _counts(mode: str | None) -> tuple[list[tuple[str, int]], list[tuple[str, list[int], int]]]:
-    """Effects by status and by tool (actions and compensations), from one GROUP BY."""
-    join, params = _mode_join("e", mode)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT e.tool, e.status, count(*) FROM {Effect._meta.db_table} e{join} "
-            f"WHERE e.kind <> '{Kind.DECISION.value}' GROUP BY e.tool, e.status",
-            params,
-        )
-        rows = cursor.fetchall()
+def _counts(
+    counted: Summary, mode: str | None
+) -> tuple[list[tuple[str, int]], list[tuple[str, list[int], int]]]:
+    """Effects by status and by tool (actions and compensations), in `mode` or every mode."""
     by_status = dict.fromkeys(Status.values, 0)
     by_tool: dict[str, dict[str, int]] = {}
-    for tool, status, n in rows:
+    for (agent_mode, kind, tool, status), n in counted.effect_counts.items():
+        if kind == Kind.DECISION or (mode is not None and agent_mode != mode):
+            continue
         by_status[status] += n
-        by_tool.setdefault(tool, {})[status] = n
+        tool_counts = by_tool.setdefault(tool, {})
+        tool_counts[status] = tool_counts.get(status, 0) + n
     tools = [
         (tool, [counts.get(s, 0) for s in Status.values], sum(counts.values()))
         for tool, counts in sorted(by_tool.items())
@@ -55,24 +44,13 @@ def _counts(mode: str | None) -> tuple[list[tuple[str, int]], list[tuple[str, li
     return list(by_status.items()), tools
 
 
-def _review_ages(mode: str | None) -> list[tuple[str, int]]:
-    """Open review items per age bucket, in one pass over the open-items index."""
-    columns = ", ".join(
-        f"count(*) FILTER (WHERE r.opened_at <= now() - interval '{low} hours'"
-        + (f" AND r.opened_at > now() - interval '{high} hours')" if high else ")")
-        for _, low, high in AGE_BUCKETS
-    )
-    join, params = _mode_join("e", mode)
-    if join:
-        join = f" JOIN {Effect._meta.db_table} e ON e.id = r.effect_id{join}"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns} FROM {ReviewItem._meta.db_table} r{join} "
-            "WHERE r.resolved_at IS NULL",
-            params,
-        )
-        counts = cursor.fetchone()
-    return [(label, n) for (label, _, _), n in zip(AGE_BUCKETS, counts, strict=True)]
+def _review_ages(counted: Summary, mode: str | None) -> list[tuple[str, int]]:
+    """Open review items per age bucket, in `mode` or every mode."""
+    totals = [0] * len(REVIEW_AGE_HOURS)
+    for agent_mode, counts in counted.review_ages.items():
+        if mode is None or agent_mode == mode:
+            totals = [a + b for a, b in zip(totals, counts, strict=True)]
+    return list(zip(AGE_LABELS, totals, strict=True))
 
 
 def _chart(ages: list[tuple[str, int]]) -> dict:
@@ -105,9 +83,9 @@ def overview(request: HttpRequest) -> HttpResponse:
     # ?mode=test|live: only effects of agents in that mode; anything else shows every mode.
     mode = request.GET.get("mode") if request.GET.get("mode") in Mode.values else None
     mine = Q(agent__mode=mode) if mode else Q()
-    by_status, by_tool = _counts(mode)
-    ages = _review_ages(mode)
-    blocked_total, blocked = blocked_branches(_BLOCKED_LIMIT)
+    counted = summary.latest()
+    by_status, by_tool = _counts(counted, mode)
+    ages = _review_ages(counted, mode)
     context = {
         "by_status": by_status,
         "by_tool": by_tool,
@@ -119,13 +97,14 @@ def overview(request: HttpRequest) -> HttpResponse:
         .select_related("agent")
         .order_by("created_at")
         .first(),
-        "blocked": blocked,
-        "blocked_total": blocked_total,
+        "blocked": counted.blocked,
+        "blocked_total": counted.blocked_total,
         # Lookups and the machines' own moves, newest first (event_recovery_idx).
         "activity": EffectEvent.objects.filter(
             Q(kind=EventKind.RECONCILIATION) | Q(actor__startswith="system:"),
             Q(effect__agent__mode=mode) if mode else Q(),
         ).order_by("-id")[:15],
+        "counted_at": counted.taken_at,
         "refresh": REFRESH_SECONDS,
         "mode": mode or "",
         "modes": Mode.values,

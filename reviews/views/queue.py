@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -14,25 +13,23 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.models import ReviewItem
 from reviews.access import actor, reader
 from reviews.forms import QueueFilter, operators
-from reviews.queue import assign_item, claim_item
-
-PAGE_SIZE = 50
+from reviews.queue import assign_item, claim_item, open_page, page_number, rows
 
 
 @require_GET
 @reader
 def queue(request: HttpRequest) -> HttpResponse:
-    items = ReviewItem.objects.select_related("effect", "effect__agent", "assignee", "resolved_by")
-    filters = QueueFilter(request.GET, queryset=items, user=request.user)
+    filters = QueueFilter(request.GET, queryset=ReviewItem.objects.all(), user=request.user)
     if not filters.is_valid():
         return render(request, "reviews/queue.html", {"filters": filters, "page": None}, status=400)
-    page = Paginator(filters.qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = open_page(filters.qs, page_number(request.GET.get("page")))
     query = request.GET.copy()
     query.pop("page", None)
     context = {
         "filters": filters,
         "page": page,
         "query": query.urlencode(),
+        "back": request.get_full_path(),  # where a claim or assignment without htmx returns
         "operators": list(operators().values_list("id", "username")),
         "resolve_hours": settings.LEDGER_RESOLVE_WITHIN // 3600,
     }
@@ -43,12 +40,10 @@ def queue(request: HttpRequest) -> HttpResponse:
 def _row(request: HttpRequest, item: ReviewItem, note: str = "") -> HttpResponse:
     """htmx gets the updated row; a plain form post goes back to the queue."""
     if request.htmx:
-        item = ReviewItem.objects.select_related(
-            "effect", "effect__agent", "assignee", "resolved_by"
-        ).get(pk=item.pk)
         context = {
-            "item": item,
+            "item": rows([item.pk])[0],
             "note": note,
+            "back": request.POST.get("next", ""),
             "operators": list(operators().values_list("id", "username")),
         }
         return render(request, "reviews/queue.html#row", context)

@@ -281,7 +281,13 @@ def test_the_pages_load_htmx_from_static_and_break_no_content_security_rule(
         control.evaluate("document.body.setAttribute('style', 'color: red')")
 
 
-def test_the_overview_refreshes_its_panels_in_place_after_a_change(signed_in, olga, make_effect):
+def test_the_overview_refreshes_its_panels_in_place_after_a_change(
+    signed_in, olga, make_effect, settings
+):
+    # The counts come from the summary, re-read in the background every LEDGER_METRICS_REFRESH
+    # seconds while the page polls (10 by default): a second here, so that the change shows at
+    # the next poll or the one after, within the 7 s waited below.
+    settings.LEDGER_METRICS_REFRESH = 1
     make_effect("unknown")
     page = signed_in(olga)
     unknown_count = page.locator("#by-status tr", has=page.locator(".status-unknown")).locator(
