@@ -235,6 +235,9 @@ class EffectEvent(models.Model):
                 name="event_recovery_idx",
                 condition=Q(kind="reconciliation") | Q(actor__startswith="system:"),
             ),
+            # Auditor exports: a date range of events in their export order (created_at, id),
+            # read in index order instead of sorting the table (built concurrently, 0015).
+            models.Index(fields=["created_at", "id"], name="event_created_idx"),
         ]
         triggers = [
             pgtrigger.Protect(

@@ -1,0 +1,304 @@
+"""No ledger migration from 0015 on locks the effects or events tables beyond SHARE UPDATE
+EXCLUSIVE, or holds more than one batch of their rows in a transaction.
+
+Agents write an effect and an event in every call, so a migration that takes SHARE or a
+stronger lock on either table (a plain CREATE INDEX, most ALTER TABLEs) stops the ledger for as
+long as it runs; SHARE UPDATE EXCLUSIVE (CREATE INDEX CONCURRENTLY, VACUUM, ANALYZE) lets reads
+and writes go on. Every ledger migration numbered `FIRST` or later is covered as soon as it
+exists, including ones written after this test.
+
+How: the test database is migrated to just before the migration, seeded with `ROW_BUDGET + 1`
+effects with an event each, and the migration is then applied for real with an execute
+wrapper around every SQL statement it sends — from its schema operations and its RunPython
+code alike, since both go through Django's connection. Around each statement the wrapper reads
+from `pg_locks` the locks this backend holds on the effects and events tables, their
+partitions and their indexes, and from `pg_stat_xact_user_tables` how many of their rows the
+transaction has updated or deleted (each such row stays locked against agents until commit).
+A statement that runs outside a transaction (a non-atomic migration, RunPython without one)
+is wrapped in BEGIN … COMMIT of its own, so its locks can be read before they are released; the
+statements then commit, because the later statements of a migration build on the earlier
+ones (a column, then its backfill). CREATE and DROP INDEX CONCURRENTLY cannot run in a
+transaction block; they take SHARE UPDATE EXCLUSIVE by definition and are accepted by rule.
+
+Since the test migrates back to just before each migration, migrations from `FIRST` on must be
+reversible (a RunPython needs a reverse; `RunPython.noop` will do). Not seen: row locks taken
+without a write (SELECT … FOR UPDATE), and locks of processes a migration starts. The
+negative cases at the end build bad migrations in the test itself and check that each one is
+reported, naming the statement and the lock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import pytest
+from django.db import connection, migrations, models
+from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.state import ProjectState
+
+from ledger.models import Effect, EffectEvent
+
+FIRST = 15  # the first migration of the issue that introduced this guarantee
+WATCHED = (Effect._meta.db_table, EffectEvent._meta.db_table)
+LIMIT = "ShareUpdateExclusiveLock"
+# PostgreSQL's table lock modes, weakest first.
+MODES = (
+    "AccessShareLock",
+    "RowShareLock",
+    "RowExclusiveLock",
+    "ShareUpdateExclusiveLock",
+    "ShareLock",
+    "ShareRowExclusiveLock",
+    "ExclusiveLock",
+    "AccessExclusiveLock",
+)
+# Effect or event rows one transaction of a migration may update or delete (and so keep locked
+# against agents until it commits): one batch of a backfill.
+ROW_BUDGET = 1000
+CONCURRENT = re.compile(r"\s*(CREATE\s+(UNIQUE\s+)?|DROP\s+)INDEX\s+CONCURRENTLY\b", re.I)
+
+# The watched tables with their partitions; then this backend's granted locks on them or on
+# their indexes, the names of those tables and indexes, and the rows this transaction has
+# updated or deleted in them.
+_WATCHED_SQL = """
+    WITH RECURSIVE watched(oid) AS (
+        SELECT to_regclass(name)::oid FROM unnest(%(tables)s::text[]) AS name
+         WHERE to_regclass(name) IS NOT NULL
+        UNION
+        SELECT i.inhrelid FROM pg_inherits i JOIN watched w ON i.inhparent = w.oid
+    )
+"""
+_LOCKS_SQL = f"""{_WATCHED_SQL}
+    SELECT t.relname, c.relname, l.mode
+      FROM pg_locks l
+      JOIN pg_class c ON c.oid = l.relation
+      LEFT JOIN pg_index x ON x.indexrelid = l.relation
+      JOIN pg_class t ON t.oid = coalesce(x.indrelid, l.relation)
+     WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted
+       AND t.oid IN (SELECT oid FROM watched)
+"""
+_RELATIONS_SQL = f"""{_WATCHED_SQL}
+    SELECT c.relname FROM pg_class c LEFT JOIN pg_index x ON x.indexrelid = c.oid
+     WHERE coalesce(x.indrelid, c.oid) IN (SELECT oid FROM watched)
+"""
+_ROWS_SQL = f"""{_WATCHED_SQL}
+    SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM pg_stat_xact_user_tables
+     WHERE relid IN (SELECT oid FROM watched)
+"""
+
+
+class Held(NamedTuple):
+    """What this backend holds at one moment: (table, relation, mode) locks, the watched
+    tables' and indexes' names, and the rows its transaction updated or deleted in them."""
+
+    locks: set[tuple[str, str, str]]
+    relations: set[str]
+    rows: int
+
+
+def covered() -> list[str]:
+    """The ledger migrations numbered FIRST or later, from the migration files."""
+    names = MigrationLoader(None, ignore_no_migrations=True).disk_migrations
+    return sorted(
+        n for app, n in names if app == "ledger" and n[:4].isdigit() and int(n[:4]) >= FIRST
+    )
+
+
+# --- Recording what each statement holds -----------------------------------------------------
+
+
+@dataclass
+class LockRecorder:
+    """An execute wrapper: what every statement of a migration holds on the watched tables."""
+
+    findings: list[str] = field(default_factory=list)
+    statements: int = 0
+
+    def _inspect(self, raw: Any) -> Held:
+        tables = {"tables": list(WATCHED)}
+        raw.execute(_LOCKS_SQL, tables)
+        locks = {tuple(row) for row in raw.fetchall()}
+        raw.execute(_RELATIONS_SQL, tables)
+        relations = {name for (name,) in raw.fetchall()}
+        raw.execute(_ROWS_SQL, tables)
+        return Held(locks, relations, int(raw.fetchone()[0]))
+
+    def _judge(self, sql: str, before: Held, after: Held) -> None:
+        text = " ".join(sql.split())[:240]
+        for table, relation, mode in sorted(after.locks - before.locks):
+            # An index this statement created is seen by no one else until it commits.
+            if MODES.index(mode) > MODES.index(LIMIT) and relation in before.relations:
+                on = table if relation == table else f"{table} (index {relation})"
+                self.findings.append(f"{text!r} takes {mode} on {on}")
+        if before.rows <= ROW_BUDGET < after.rows:
+            self.findings.append(
+                f"{text!r} leaves {after.rows} updated or deleted rows of "
+                f"{' / '.join(WATCHED)} locked in one transaction (more than {ROW_BUDGET}): "
+                "batch it"
+            )
+
+    def __call__(self, execute: Callable, sql: str, params: Any, many: bool, context: dict) -> Any:
+        self.statements += 1
+        if CONCURRENT.match(sql):
+            # SHARE UPDATE EXCLUSIVE by definition, and refused inside a transaction block.
+            return execute(sql, params, many, context)
+        db = context["connection"]
+        # A cursor of its own, on the same session: the caller may still fetch its results.
+        raw = db.connection.cursor()
+        own = db.get_autocommit() and not db.in_atomic_block
+        if own:
+            raw.execute("BEGIN")
+        try:
+            before = self._inspect(raw)
+            result = execute(sql, params, many, context)
+            self._judge(sql, before, self._inspect(raw))
+        except BaseException:
+            if own:
+                raw.execute("ROLLBACK")
+            raise
+        if own:
+            raw.execute("COMMIT")
+        return result
+
+    def verdict(self, label: str) -> None:
+        assert not self.findings, (
+            f"{label} locks the effects or events tables beyond {LIMIT} or holds too many of "
+            "their rows:\n  " + "\n  ".join(self.findings)
+        )
+
+
+@contextmanager
+def recording() -> Iterator[LockRecorder]:
+    recorder = LockRecorder()
+    with connection.execute_wrapper(recorder):
+        yield recorder
+
+
+# --- The scratch database --------------------------------------------------------------------
+
+
+def seed(state: ProjectState) -> None:
+    """ROW_BUDGET + 1 effects with an event each, through the models of `state`, so that a
+    migration touching them all in one transaction goes over the budget."""
+    apps = state.apps
+    agent = apps.get_model("ledger", "Agent").objects.create(name="migration-locks")
+    Effect_ = apps.get_model("ledger", "Effect")
+    effects = Effect_.objects.bulk_create(
+        Effect_(
+            agent=agent,
+            effect_key=f"locks:{n}",
+            run_id="locks",
+            step_id=str(n),
+            seq=n,
+            tool="send_email",
+            target="a@example.com",
+            request={},
+            request_hash="v1:seed",
+            idempotency_key=f"seed-{n}",
+            max_attempts=3,
+        )
+        for n in range(ROW_BUDGET + 1)
+    )
+    Event_ = apps.get_model("ledger", "EffectEvent")
+    Event_.objects.bulk_create(
+        Event_(effect=e, kind="intent", actor="seed", to_status="planned", digest="0" * 64)
+        for e in effects
+    )
+
+
+@pytest.fixture
+def executor() -> Iterator[MigrationExecutor]:
+    """A migration executor on the test database, which is migrated to the end again after
+    the test (pass or fail) for the tests that follow."""
+    yield MigrationExecutor(connection)
+    fresh = MigrationExecutor(connection)
+    fresh.migrate(fresh.loader.graph.leaf_nodes())
+
+
+# --- The migrations of the issue and after ---------------------------------------------------
+
+
+def test_the_migrations_of_the_issue_are_covered():
+    assert {"0015_event_created_at_index", "0016_review_item_copies"} <= set(covered())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", covered())
+def test_migration_locks_effects_and_events_no_more_than_share_update_exclusive(executor, name):
+    key = ("ledger", name)
+    parents = [p for p in executor.loader.graph.node_map[key].parents if p[0] == "ledger"]
+    executor.migrate(parents)
+    executor.loader.build_graph()
+    state = executor.loader.project_state(key, at_end=False)
+    seed(state)
+
+    with recording() as recorder:
+        executor.apply_migration(state, executor.loader.get_migration(*key))
+
+    assert recorder.statements > 0
+    recorder.verdict(name)
+
+
+# --- The check fails on bad migrations -------------------------------------------------------
+
+
+def _plain_index(state: ProjectState) -> migrations.AddIndex:
+    index = models.Index(fields=["tool"], name="effect_locks_bad_idx")
+    return migrations.AddIndex(model_name="effect", index=index)
+
+
+def _longer_target(state: ProjectState) -> migrations.AlterField:
+    target = state.models["ledger", "effect"].fields["target"].clone()
+    target.max_length += 1
+    return migrations.AlterField(model_name="effect", name="target", field=target)
+
+
+def _update_every_effect(apps: Any, schema_editor: Any) -> None:
+    apps.get_model("ledger", "Effect").objects.update(checks=models.F("checks"))
+
+
+# Deliberately bad migrations, built on the current state: (the operation, what is reported).
+BAD = {
+    "plain AddIndex on effects": (
+        _plain_index,
+        r"'CREATE INDEX \"effect_locks_bad_idx\".*' takes ShareLock on ledger_effect(?! \(index)",
+    ),
+    "AlterField on effects": (
+        _longer_target,
+        r"'ALTER TABLE \"ledger_effect\" ALTER COLUMN \"target\" TYPE.*' takes "
+        r"AccessExclusiveLock on ledger_effect",
+    ),
+    "RunPython updating every effect at once": (
+        lambda state: migrations.RunPython(_update_every_effect, migrations.RunPython.noop),
+        rf"'UPDATE \"ledger_effect\" SET \"checks\".*' leaves {ROW_BUDGET + 1} updated or "
+        rf"deleted rows .* \(more than {ROW_BUDGET}\): batch it",
+    ),
+}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("case", BAD)
+def test_a_migration_that_locks_too_much_is_reported(case):
+    make_operation, expected = BAD[case]
+    executor = MigrationExecutor(connection)
+    bad = migrations.Migration("9999_locks_too_much", "ledger")
+    bad.dependencies = executor.loader.graph.leaf_nodes("ledger")
+    state = executor.loader.project_state(bad.dependencies)
+    bad.operations = [make_operation(state)]
+    seed(state)
+
+    with recording() as recorder, connection.schema_editor(atomic=bad.atomic) as editor:
+        bad.apply(state.clone(), editor)
+    with connection.schema_editor(atomic=bad.atomic) as editor:
+        bad.unapply(state.clone(), editor)
+
+    with pytest.raises(AssertionError, match=expected) as failure:
+        recorder.verdict(case)
+    assert "locks the effects or events tables beyond ShareUpdateExclusiveLock" in str(
+        failure.value
+    )
