@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -180,3 +181,62 @@ def code_version() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown (no git)"
     return f"{head} + {len(changed)} changed files" if changed else head
+
+
+class LineChild:
+    """A worker process spoken to in lines: commands go to its stdin, answers come back as
+    stdout lines with a known prefix (it may print others), and its stderr is kept for the
+    message when it dies. Closing its stdin asks it to finish. The DBOS contenders of the
+    lifecycle and payment benches run this way, DBOS launched once per process."""
+
+    def __init__(self, argv: Sequence[str], failure: type[Exception]) -> None:
+        self.failure = failure
+        self.stderr: list[str] = []
+        self.proc = subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # Ctrl-C reaches the parent, which then stops it
+        )
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+
+    def line(self, prefix: str, timeout: float) -> str:
+        """The next stdout line starting with `prefix`, without it."""
+        assert self.proc.stdout is not None
+        timer = threading.Timer(timeout, lambda: stop_group(self.proc, grace=1))
+        timer.start()
+        try:
+            for line in self.proc.stdout:
+                if line.startswith(prefix):
+                    return line.removeprefix(prefix).strip()
+        finally:
+            timer.cancel()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        tail = "".join(self.stderr[-15:]).strip() or f"exit status {self.proc.returncode}"
+        raise self.failure(f"the worker process stopped: {tail}")
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        except OSError as exc:
+            raise self.failure(f"the worker process is gone: {exc}") from None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()  # the worker's cue to finish
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(15)
+        stop_group(self.proc, grace=2)

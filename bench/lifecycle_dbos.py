@@ -3,18 +3,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import signal
-import subprocess
 import sys
-import threading
 import uuid
 from dataclasses import asdict
 from typing import Any
 
-from bench.harness import ROOT, bench_database, drop_quietly, stop_group
+from bench.harness import ROOT, LineChild, bench_database, drop_quietly
 from bench.lifecycle_clients import LifecycleError
 from bench.lifecycle_load import (
     OWN_DATABASES,
@@ -37,7 +34,7 @@ class DbosUnavailable(Exception):
     pass
 
 
-class DbosWorker:
+class DbosWorker(LineChild):
     """One `--dbos-worker` child process: DBOS launched once, one round per `ROUND` line."""
 
     def __init__(self, url: str, executor: str, clients: int, opts: Options) -> None:
@@ -51,54 +48,7 @@ class DbosWorker:
             "--clients",
             str(clients),
         ]
-        self.stderr: list[str] = []
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr.append(line)
-
-    def line(self, prefix: str, timeout: float) -> str:
-        """The next stdout line starting with `prefix` (DBOS may print other lines)."""
-        assert self.proc.stdout is not None
-        timer = threading.Timer(timeout, lambda: stop_group(self.proc, grace=1))
-        timer.start()
-        try:
-            for line in self.proc.stdout:
-                if line.startswith(prefix):
-                    return line.removeprefix(prefix).strip()
-        finally:
-            timer.cancel()
-        self.proc.wait(5)
-        tail = "".join(self.stderr[-12:]).strip() or f"exit status {self.proc.returncode}"
-        raise DbosUnavailable(f"the DBOS worker stopped: {tail}")
-
-    def send(self, command: str) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(command + "\n")
-            self.proc.stdin.flush()
-        except OSError as exc:
-            raise DbosUnavailable(f"the DBOS worker is gone: {exc}") from None
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()  # the worker's cue to shut DBOS down
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(15)
-        stop_group(self.proc, grace=2)
+        super().__init__(cmd, DbosUnavailable)
 
 
 class DbosContender:

@@ -15,17 +15,14 @@ connection DBOS's SQLAlchemy engines open is asked `SHOW synchronous_commit` as 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from bench.harness import ROOT, bench_database, drop_quietly, stop_group
+from bench.harness import ROOT, LineChild, bench_database, drop_quietly
 from bench.lifecycle_load import OWN_DATABASES
 from bench.payments_loops import PROVIDER, PaymentError, ProviderClient, Round, run_round
 from bench.payments_loops import charge_request as make_request
@@ -59,66 +56,27 @@ class DbosLoop:
         self.db_name = bench_database(base_url, "payments_dbos")
         OWN_DATABASES.add(self.db_name)
         url = recreate_database(base_url, self.db_name)
-        self.stderr: list[str] = []
-        self.proc = subprocess.Popen(
+        self.child = LineChild(
             [sys.executable, str(SCRIPT), "--dbos-worker", url, "--provider", provider_url],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            start_new_session=True,  # Ctrl-C reaches the parent, which then stops it
+            DbosFailed,
         )
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
         self.synchronous_commit: list[str] = []
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
-
-    def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr.append(line)
-
-    def _line(self, prefix: str, timeout: float) -> str:
-        """The next stdout line starting with `prefix` (DBOS may print others)."""
-        assert self.proc.stdout is not None
-        timer = threading.Timer(timeout, lambda: stop_group(self.proc, grace=1))
-        timer.start()
-        try:
-            for line in self.proc.stdout:
-                if line.startswith(prefix):
-                    return line.removeprefix(prefix).strip()
-        finally:
-            timer.cancel()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
-        tail = "".join(self.stderr[-15:]).strip() or f"exit status {self.proc.returncode}"
-        raise DbosFailed(f"the DBOS worker stopped: {tail}")
+        return self.child.proc.pid
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        self.synchronous_commit = json.loads(self._line(READY, timeout))["synchronous_commit"]
+        self.synchronous_commit = json.loads(self.child.line(READY, timeout))["synchronous_commit"]
 
     def measure(self, warmup: int, payments: int, tag: str) -> Round:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(f"ROUND {warmup} {payments} {tag}\n")
-            self.proc.stdin.flush()
-        except OSError as exc:
-            raise DbosFailed(f"the DBOS worker is gone: {exc}") from None
-        result = Round(**json.loads(self._line(RESULT, timeout=600)))
+        self.child.send(f"ROUND {warmup} {payments} {tag}")
+        result = Round(**json.loads(self.child.line(RESULT, timeout=600)))
         self.synchronous_commit = sorted({*self.synchronous_commit, *result.synchronous_commit})
         return result
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()  # the worker's cue to shut DBOS down
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(15)
-        stop_group(self.proc, grace=2)
+        self.child.close()
         if not self.keep_db:
             drop_quietly(self.base_url, self.db_name)
 
