@@ -75,7 +75,7 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument(
         "--effects", type=int, default=10_000, help="effects left dispatching (10000)"
     )
-    parser.add_argument("--workers", type=int, default=2, help="rq SimpleWorker processes (2)")
+    parser.add_argument("--workers", type=int, default=2, help="rq worker processes (2)")
     parser.add_argument(
         "--jobs",
         choices=("sweep", "drain"),

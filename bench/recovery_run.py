@@ -351,7 +351,7 @@ def run_recovery(
     }
     report.rows += [
         Row(
-            f"recovery: effects resolved/s ({opts.workers} rq SimpleWorkers, {label})",
+            f"recovery: effects resolved/s ({opts.workers} rq workers, {label})",
             rate,
             "/s",
             f"≥ {RECOVERY_GOAL:g}",
