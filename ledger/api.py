@@ -257,8 +257,11 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
     )
     check_agent_key(intent)
     logcontext.bind(run_id=intent.run_id)
-    if not intent.depends_on and first_status(agent, intent, policy) == Status.PLANNED:
+    simple = not intent.depends_on and not intent.callback_url
+    if simple and first_status(agent, intent, policy) == Status.PLANNED:
         # The success path: one statement (ledger.hotpath); None for a key recorded already.
+        # A callback is posted by the trigger on a status change, which an effect inserted
+        # already claimed is not: an intent with a callback_url takes the general path.
         row = _new_intent(agent, intent, policy, payload)
         if row is not None:
             logcontext.bind(effect_id=row.id)

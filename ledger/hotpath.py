@@ -19,7 +19,8 @@ cursor, so that psycopg prepares them after `prepare_threshold` uses (settings.D
 
 Anything off the success path returns None here and the caller takes the general path in
 `ledger.intents` / `ledger.outcomes`, which has every rule: an effect that exists already (a
-repeat, a conflict), `depends_on` (the interlock), four-eyes approval, a report from a token
+repeat, a conflict), `depends_on` (the interlock), four-eyes approval, a `callback_url` (its
+callbacks come from the status-change trigger, which an INSERT does not fire), a report from a token
 that no longer holds the lease, outcomes other than confirmed / awaiting_confirmation, and
 compensations. The rules themselves are not written twice: the columns and events come from
 the same functions the general path uses (`intents.effect_row`, `outcomes.read_report`,

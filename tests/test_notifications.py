@@ -256,6 +256,16 @@ def test_each_status_change_is_posted_signed_to_the_callback_url_through_the_out
     assert not Alert.objects.filter(kind="callback", sent_at__isnull=True).exists()
 
 
+def test_an_intent_posted_with_its_claim_and_a_callback_gets_the_claims_callback(alice, callbacks):
+    """Without a callback an intent with its claim is one INSERT (ledger.hotpath); with one it
+    is recorded planned and then claimed, so that the claim, like any change, is posted."""
+    effect = alice.intent(callback_url=callbacks.url, claim=True, owner="w")
+    assert effect["status"] == "dispatching"
+    send_due(budget=10)
+    changes = [json.loads(body) for _, body in callbacks.received]
+    assert [(c["from_status"], c["status"]) for c in changes] == [("planned", "dispatching")]
+
+
 def test_a_status_that_comes_back_is_posted_again(alice, callbacks):
     effect = alice.intent(callback_url=callbacks.url)
     token = alice.claim(effect["id"])["lease_token"]
