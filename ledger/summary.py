@@ -218,6 +218,16 @@ class SummaryCollector(Collector):
                 self._refresher.start()
         return current or self.summary()
 
+    def stop(self) -> None:
+        """End the refreshing thread now, as if no page had asked for a long time, and wait for
+        it: a test reads the summary in its own transaction, which the thread's connection does
+        not see, so a thread left running by an earlier test must not refresh it meanwhile."""
+        with self._state:
+            self._wanted_at = float("-inf")
+            thread = self._refresher
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
     def expire(self) -> None:
         """Forget the summary: the next reader reads it afresh."""
         with self._state:

@@ -103,9 +103,12 @@ def django_db_setup(django_db_setup):
 @pytest.fixture(autouse=True)
 def fresh_summary() -> Iterator[None]:
     """Each test reads the summary behind /metrics and the overview afresh, in its own
-    transaction: a summary kept from an earlier test would count that test's rows."""
+    transaction: a summary kept from an earlier test would count that test's rows, and a
+    refreshing thread left running by one would read outside this test's transaction."""
+    summary.stop()
     summary.expire()
     yield
+    summary.stop()
     summary.expire()
 
 

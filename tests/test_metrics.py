@@ -252,3 +252,12 @@ def test_the_summary_is_read_again_when_the_period_has_passed(make_effect, scrap
     samples = scrape(fresh=False)
 
     assert value(samples, "ledger_effects", tool="charge_card", status="planned") == 2
+
+
+def test_stopping_the_summary_ends_its_refreshing_thread_at_once(db):
+    """What keeps a thread started by one test from refreshing the summary in the next."""
+    summary.latest()  # as a page does: starts the refreshing thread
+    thread = summary._refresher
+    assert thread is not None and thread.is_alive()
+    summary.stop()
+    assert not thread.is_alive()
