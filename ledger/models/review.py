@@ -24,6 +24,11 @@ class Reason(models.TextChoices):
     APPROVAL_REQUIRED = "approval_required", "Above the approval threshold (four-eyes)"
 
 
+def _open_items(name: str, *fields: str) -> models.Index:
+    """An index over open review items only (the queue never reads resolved ones by it)."""
+    return models.Index(fields=list(fields), name=name, condition=Q(resolved_at__isnull=True))
+
+
 class ReviewItem(models.Model):
     """An effect that needs a person. At most one open item per effect."""
 
@@ -82,46 +87,18 @@ class ReviewItem(models.Model):
         # one of them, then fetches those rows with their effects.
         indexes = [
             # The review queue page: open items, oldest first (also the summary's age buckets).
-            models.Index(
-                fields=["opened_at"], name="review_open_idx", condition=Q(resolved_at__isnull=True)
-            ),
+            _open_items("review_open_idx", "opened_at"),
             # The review queue sorted by due time.
-            models.Index(
-                fields=["due_at"], name="review_open_due_idx", condition=Q(resolved_at__isnull=True)
-            ),
+            _open_items("review_open_due_idx", "due_at"),
             # The review queue filtered by assignee ("mine").
-            models.Index(
-                fields=["assignee", "opened_at"],
-                name="review_open_assignee_idx",
-                condition=Q(resolved_at__isnull=True),
-            ),
+            _open_items("review_open_assignee_idx", "assignee", "opened_at"),
             # The review queue filtered by tool, by reason, by agent (and mode), by run.
-            models.Index(
-                fields=["tool", "opened_at"],
-                name="review_open_tool_idx",
-                condition=Q(resolved_at__isnull=True),
-            ),
-            models.Index(
-                fields=["reason", "opened_at"],
-                name="review_open_reason_idx",
-                condition=Q(resolved_at__isnull=True),
-            ),
-            models.Index(
-                fields=["agent", "opened_at"],
-                name="review_open_agent_idx",
-                condition=Q(resolved_at__isnull=True),
-            ),
-            models.Index(
-                fields=["run_id", "opened_at"],
-                name="review_open_run_idx",
-                condition=Q(resolved_at__isnull=True),
-            ),
+            _open_items("review_open_tool_idx", "tool", "opened_at"),
+            _open_items("review_open_reason_idx", "reason", "opened_at"),
+            _open_items("review_open_agent_idx", "agent", "opened_at"),
+            _open_items("review_open_run_idx", "run_id", "opened_at"),
             # The review queue sorted by the effects' age.
-            models.Index(
-                fields=["effect_created_at"],
-                name="review_open_effect_age_idx",
-                condition=Q(resolved_at__isnull=True),
-            ),
+            _open_items("review_open_effect_age_idx", "effect_created_at"),
         ]
 
     def __str__(self) -> str:
