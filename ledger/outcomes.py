@@ -184,4 +184,4 @@ def _keep_late_outcome(
         reported = changes.get("provider_ref", "")
         if reported and recorded and reported != recorded:
             # Two provider references for one effect: the provider may hold two charges.
-            open_review(effect.id, Reason.POSSIBLE_DUPLICATE)
+            open_review(effect.id, Reason.DUPLICATE)

@@ -2,41 +2,67 @@
 
 Every item is opened by one INSERT shape, whether for one effect (`open_review`) or for a whole
 sweep (`reviews.escalation`): due within the effect's tool's `resolve_within` or the default
-(LEDGER_RESOLVE_WITHIN, 24 h), and a no-op where the effect already has an open item (the
-partial unique index `review_one_open_uniq`). The alerts (`reviews.alerts`) count down to that
-due time. A trigger (migration 0016) copies the effect's tool, agent, run and creation time
-onto every new item, so that the review queue filters and sorts by them without the effects.
+(LEDGER_RESOLVE_WITHIN, 24 h). An effect has at most one open item (the partial unique index
+`review_one_open_uniq`): opening another raises the open one to the graver reason, or leaves
+it; `close_settled_reviews` closes those of effects a machine has settled. The alerts
+(`reviews.alerts`) count down to the due time. A trigger (migration 0016) copies the effect's
+tool, agent, run and creation time onto every new item, so that the review queue filters and
+sorts by them without the effects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
-from ledger.models import Effect, Reason, ReviewItem, Tool
+from ledger.events import record_event
+from ledger.limits import NON_RECEIPT
+from ledger.models import (
+    MACHINE_CLOSES,
+    SEVERITY,
+    Effect,
+    EventKind,
+    Reason,
+    ReviewItem,
+    Severity,
+    Tool,
+)
+from ledger.states import TERMINAL, Status
 
 _TABLE = ReviewItem._meta.db_table
+# A reason's severity (`SEVERITY`, else normal) as a SQL expression over `c.reason`.
+_SEVERITY_SQL = (
+    "CASE c.reason "
+    + " ".join(f"WHEN '{reason.value}' THEN {int(level)}" for reason, level in SEVERITY.items())
+    + f" ELSE {int(Severity.NORMAL)} END"
+)
 
 
 def open_reviews_sql(candidates: str) -> str:
     """The INSERT that opens an item for each row of `candidates`, a SELECT of
-    `(effect_id, reason)`."""
+    `(effect_id, reason)`. Where the effect has an open item already, the item takes the new
+    reason and severity if that is graver (a duplicate found on an inconclusive item), and is
+    otherwise left as it is."""
     default = int(settings.LEDGER_RESOLVE_WITHIN)
     return f"""
-        INSERT INTO {_TABLE} (effect_id, reason, opened_at, due_at, resolution)
-        SELECT c.effect_id, c.reason, now(),
+        INSERT INTO {_TABLE} (effect_id, reason, severity, opened_at, due_at, resolution)
+        SELECT c.effect_id, c.reason, {_SEVERITY_SQL}, now(),
                now() + COALESCE(t.resolve_within, make_interval(secs => {default})), ''
           FROM ({candidates}) c
           JOIN {Effect._meta.db_table} e ON e.id = c.effect_id
           LEFT JOIN {Tool._meta.db_table} t ON t.name = e.tool
-        ON CONFLICT (effect_id) WHERE resolved_at IS NULL DO NOTHING
+        ON CONFLICT (effect_id) WHERE resolved_at IS NULL DO UPDATE
+           SET reason = EXCLUDED.reason, severity = EXCLUDED.severity
+         WHERE {_TABLE}.severity < EXCLUDED.severity
     """
 
 
 def open_review(effect_id: Any, reason: Reason) -> bool:
-    """Open a review item unless one is open already. Returns whether one was opened."""
+    """Open a review item, or raise the open one to this reason if it is graver. Returns
+    whether an item was opened or raised."""
     with connection.cursor() as cursor:
         cursor.execute(
             open_reviews_sql("SELECT %(effect)s::uuid AS effect_id, %(reason)s AS reason"),
@@ -46,3 +72,45 @@ def open_review(effect_id: Any, reason: Reason) -> bool:
             },
         )
         return cursor.rowcount == 1
+
+
+# Who is a machine: what they settle, they settle on evidence a person would have looked for.
+MACHINE_ACTORS = ("system:", "provider:")
+
+
+def settles(actor: str, to: Status, reason: str) -> bool:
+    """Does this move answer what a review item asked, so that the item closes by itself? A
+    machine's move to a terminal status, or its proof that the request never arrived."""
+    return actor.startswith(MACHINE_ACTORS) and (
+        to in TERMINAL or (to == Status.PLANNED and reason in NON_RECEIPT)
+    )
+
+
+def close_settled_reviews(effect_ids: Sequence[Any], *, actor: str, reason: str) -> int:
+    """Close the open items of effects a machine has just settled (`settles`), each with a
+    `review_closed` event on its effect, in the caller's transaction. Only items that asked
+    what happened (`MACHINE_CLOSES`); the others wait for a person. Returns how many closed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {ReviewItem._meta.db_table} r SET resolved_at = now(), resolution = %s "
+            f"FROM {Effect._meta.db_table} e WHERE e.id = r.effect_id "
+            "AND r.effect_id = ANY(%s::uuid[]) AND r.resolved_at IS NULL "
+            "AND r.reason = ANY(%s) RETURNING r.id, r.effect_id, r.reason, e.status",
+            [
+                f"Settled by {actor}: {reason}"[:2000],
+                [str(i) for i in effect_ids],
+                sorted(r.value for r in MACHINE_CLOSES),
+            ],
+        )
+        closed = cursor.fetchall()
+    for item_id, effect_id, item_reason, status in closed:
+        record_event(
+            effect_id,
+            kind=EventKind.REVIEW_CLOSED,
+            actor=actor,
+            from_status=status,
+            to_status=status,
+            reason=reason,
+            data={"review_item": item_id, "item_reason": item_reason},
+        )
+    return len(closed)

@@ -26,6 +26,7 @@ from ledger.errors import (
     LedgerError,
     StaleLease,
 )
+from ledger.events import EVENT_COLUMNS, event_values, record_event
 from ledger.halts import active_halt_for, claim_refusal
 from ledger.halts import refusal as halt_refusal
 from ledger.halts import refusal_from_trigger as halt_refusal_from_trigger
@@ -34,7 +35,7 @@ from ledger.limits import NON_RECEIPT, release, release_sql
 from ledger.limits import refusal_from_trigger as limit_refusal
 from ledger.metrics import count_transition
 from ledger.models import Effect, EffectEvent, EventKind, Reason
-from ledger.reviewqueue import open_review
+from ledger.reviewqueue import close_settled_reviews, open_review, settles
 from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
 
 # Statuses that end the effect's own story (compensation aside): `resolved_at` is set on entry.
@@ -47,8 +48,6 @@ _COMPENSATION_TROUBLE = {
 _EFFECT_TABLE = Effect._meta.db_table
 _EVENT_TABLE = EffectEvent._meta.db_table
 _FIELD_BY_COLUMN = {f.column: f for f in Effect._meta.concrete_fields}
-# An event's columns after effect_id, as `event_values` gives them.
-EVENT_COLUMNS = "kind, actor, from_status, to_status, reason, data, digest"
 
 
 class Superseded(Exception):
@@ -110,35 +109,6 @@ def _update(
     return one_effect(sql, params)
 
 
-def record_event(
-    effect_id: Any,
-    *,
-    kind: str,
-    actor: str,
-    from_status: str = "",
-    to_status: str = "",
-    reason: str = "",
-    data: Mapping[str, Any] | None = None,
-) -> None:
-    values = event_values(
-        kind=kind,
-        actor=actor,
-        from_status=from_status,
-        to_status=to_status,
-        reason=reason,
-        data=data,
-    )
-    # A plain INSERT: the ORM's create() costs more than the round trip. It also carries the
-    # caller's key stamp when one is due.
-    stamp, stamp_params = keyuse.stamp()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"{stamp}INSERT INTO {_EVENT_TABLE} (effect_id, {EVENT_COLUMNS}, created_at) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s, now())",
-            [*stamp_params, effect_id, *values],
-        )
-
-
 def entry_columns(
     from_status: str, to: Status, changes: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -158,29 +128,6 @@ def entry_columns(
     if to in _RESOLVING:
         columns.update(resolved_at=SqlExpr("now()"), next_check_at=None)
     return columns
-
-
-def event_values(
-    *,
-    kind: str,
-    actor: str,
-    from_status: str = "",
-    to_status: str = "",
-    reason: str = "",
-    data: Mapping[str, Any] | None = None,
-) -> list[Any]:
-    """An event's column values after `effect_id`, in `EVENT_COLUMNS` order (the digest is of
-    its data)."""
-    data = dict(data or {})
-    return [
-        kind,
-        actor[:200],
-        from_status,
-        to_status,
-        reason[:2000],
-        jsonenc.dumps(data),
-        digests.content_digest(data),
-    ]
 
 
 def transition(
@@ -226,6 +173,8 @@ def transition(
             if reason in NON_RECEIPT:
                 release(moved.id)  # proof it never left: its amount stops counting
             _follow_on(moved, actor=actor)
+            if settles(actor, to, reason):
+                close_settled_reviews([moved.id], actor=actor, reason=reason)
     if superseded or moved is None:
         raise Superseded(effect.id)
     return moved
@@ -307,6 +256,9 @@ def transition_many(
             for effect_id, status, _ in rows:
                 moved.add(effect_id)
                 count_transition(members[0][0].effect.status, status)
+            reason = members[0][0].reason
+            if rows and settles(actor, members[0][0].to, reason):
+                close_settled_reviews([i for i, _, _ in rows], actor=actor, reason=reason)
             # Rare (a failed upstream, a compensation): the follow-ons work on whole effects.
             following = [
                 i

@@ -110,7 +110,7 @@ def test_a_superseded_token_cannot_write_after_recovery_and_reclaim(alice):
     assert kinds.count("late_outcome") == 1
 
 
-def test_a_late_outcome_with_a_different_provider_ref_opens_a_possible_duplicate_review(alice):
+def test_a_late_outcome_with_a_different_provider_ref_opens_a_duplicate_review(alice):
     from ledger.models import ReviewItem
 
     effect = alice.intent(tool="get_balance", request={"account": "a1"})
@@ -121,7 +121,7 @@ def test_a_late_outcome_with_a_different_provider_ref_opens_a_possible_duplicate
     alice.outcome(effect["id"], second["lease_token"], provider_ref="ref-B")
     alice.outcome(effect["id"], first["lease_token"], provider_ref="ref-A", expect=409)
     item = ReviewItem.objects.get(effect_id=effect["id"])
-    assert item.reason == "possible_duplicate"
+    assert item.reason == "duplicate"
     assert item.resolved_at is None
 
 

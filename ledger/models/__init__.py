@@ -21,10 +21,12 @@ from ledger.models.effects import (
     Run,
     WebhookDelivery,
 )
-from ledger.models.review import Reason, ReviewItem
+from ledger.models.review import MACHINE_CLOSES, SEVERITY, Reason, ReviewItem, Severity
 
 __all__ = [
     "CONFIG_VERSION_SEQUENCE",
+    "MACHINE_CLOSES",
+    "SEVERITY",
     "Agent",
     "Alert",
     "AlertKind",
@@ -45,6 +47,7 @@ __all__ = [
     "RetryProposal",
     "ReviewItem",
     "Run",
+    "Severity",
     "Tool",
     "WebhookDelivery",
 ]

@@ -175,6 +175,40 @@ class Tool(models.Model):
     # Four-eyes (`ledger.approvals`): an intent whose amount is above this (major units, exact)
     # waits in awaiting_approval for a second operator. NULL: never.
     approve_above = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
+    # The provider's own record (`ledger.absence`, `ledger.statements`).
+    # The longest one provider call may take: no call starts on a lease with less left.
+    call_timeout = models.DurationField(null=True, blank=True)
+    # How long after a request the provider's search may still not show it.
+    search_lag = models.DurationField(null=True, blank=True)
+    # The provider's search is complete for requests older than settle_after: a not-found
+    # taken late enough, and within lookup_horizon of the request, proves it never arrived.
+    lookup_proves_absence = models.BooleanField(default=False, db_default=False)
+    lookup_horizon = models.DurationField(null=True, blank=True)
+    # Statements of what the provider did (`manage.py importstatement`, the upload form, the
+    # adapter's fetch_statement on a daily schedule where `fetch_statements` is set).
+    statements = models.BooleanField(default=False, db_default=False)
+    fetch_statements = models.BooleanField(default=False, db_default=False)
+    # {our column: the file's column} and {provider status: succeeded|failed|pending}.
+    statement_columns = models.JSONField(default=dict, db_default={}, blank=True)
+    statement_status = models.JSONField(default=dict, db_default={}, blank=True)
+    # What a statement line's `reference` holds: our idempotency key, or the effect id.
+    statement_reference = models.CharField(
+        max_length=16,
+        choices=[("idempotency_key", "idempotency key"), ("effect_id", "effect id")],
+        default="idempotency_key",
+        db_default="idempotency_key",
+    )
+    # Clock difference allowed between the provider's record and ours around a dispatch.
+    statement_skew = models.DurationField(null=True, blank=True)
+    # Whether the request's amount is in major units ("12.50") or minor units (1250).
+    amount_unit = models.CharField(
+        max_length=5,
+        choices=[("major", "major"), ("minor", "minor")],
+        blank=True,
+        db_default="",
+    )
+    # A duplicate found at the provider halts the tool (`ledger.halts`).
+    halt_on_duplicate = models.BooleanField(default=False, db_default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -110,6 +110,17 @@ class Effect(models.Model):
     # Where the agent asked to be told of each status change (an allow-listed host; "" for
     # none). The trigger of migration 0013 enqueues the signed callback in the outbox.
     callback_url = models.CharField(max_length=2000, blank=True, db_default="")
+    # The request's amount in integer minor units and its currency, read at the tool's
+    # amount_path / currency_path (and amount_unit) by a trigger as the effect is written
+    # (migration 0017): they stay when retention redacts the request, so that later
+    # statements still match. NULL / "": the tool declares no amount, or it was unreadable.
+    amount_minor = models.BigIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=3, blank=True, db_default="")
+    # An effect retried on a proof of absence gets one more lookup this long after it next
+    # resolves (`ledger.absence`): a first request that landed late shows up as a duplicate.
+    tail_check_at = models.DateTimeField(null=True, blank=True)
+    # Set by an admin: retention keeps this effect's payloads (`ledger.retention`).
+    legal_hold = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         constraints = [
@@ -157,6 +168,12 @@ class Effect(models.Model):
                 fields=["created_at"],
                 name="effect_planned_comp_idx",
                 condition=Q(kind=Kind.COMPENSATION, status=Status.PLANNED),
+            ),
+            # The tail checks (`ledger.absence`): effects due for one more lookup.
+            models.Index(
+                fields=["tail_check_at"],
+                name="effect_tail_check_idx",
+                condition=Q(tail_check_at__isnull=False),
             ),
             # The escalation sweep: unresolved effects by age.
             models.Index(
@@ -206,6 +223,13 @@ class EventKind(models.TextChoices):
     RECONCILIATION = "reconciliation"
     # An operator's decision, on the decision effect itself.
     DECISION = "decision"
+    # A statement line matched to the effect, and what it led to (`ledger.statements`).
+    STATEMENT = "statement"
+    # Retention redacted the effect's payloads (`ledger.retention`): the one event after which
+    # the append-only trigger lets the effect's earlier events' data become {"redacted": true}.
+    RETENTION_PURGE = "retention_purge"
+    # A machine settled the effect and closed its open review item (`ledger.reviewqueue`).
+    REVIEW_CLOSED = "review_closed"
 
 
 class EffectEvent(models.Model):

@@ -15,13 +15,53 @@ class Reason(models.TextChoices):
     ATTEMPTS_EXHAUSTED = "attempts_exhausted", "Attempts exhausted"
     INCONCLUSIVE = "reconciliation_inconclusive", "Reconciliation inconclusive"
     STALE = "unresolved_past_window", "Unresolved past the window"
-    POSSIBLE_DUPLICATE = "possible_duplicate", "Possible duplicate"
+    # The provider may hold the effect more than once: two provider references for it (a late
+    # outcome or webhook, a lookup), or two or more charge lines on its statements. Until
+    # migration 0017 a late outcome opened `possible_duplicate`; those items were renamed.
+    DUPLICATE = "duplicate", "Duplicate at the provider"
     MISMATCH = "provider_mismatch", "Provider record differs from the request"
     NOT_FOUND_UNPROVEN = "not_found_unproven", "Not found, but the provider ignores keys"
     COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
     COMPENSATION_UNKNOWN = "compensation_unknown", "Compensation outcome unknown"
     MANUAL_EXECUTION = "manual_execution", "To be carried out by hand"
     APPROVAL_REQUIRED = "approval_required", "Above the approval threshold (four-eyes)"
+    # A statement line's amount or currency differs from the request.
+    AMOUNT_MISMATCH = "amount_mismatch", "Statement amount differs from the request"
+    # A statement line contradicts a terminal status or an operator's decision.
+    STATEMENT_CONTRADICTS = "statement_contradicts_record", "Statement contradicts the record"
+    # A revised statement no longer lists a line an earlier import applied.
+    STATEMENT_LINE_REMOVED = "statement_line_removed", "Line removed by a statement revision"
+
+
+class Severity(models.IntegerChoices):
+    """How urgent an item is; an item opened again for a graver reason is raised to it."""
+
+    LOW = 1, "low"
+    NORMAL = 2, "normal"
+    HIGH = 3, "high"
+
+
+# The severity an item opens with, by reason (NORMAL where not listed).
+SEVERITY = {
+    Reason.DUPLICATE: Severity.HIGH,
+    Reason.STATEMENT_CONTRADICTS: Severity.HIGH,
+    Reason.MISMATCH: Severity.HIGH,
+    Reason.AMOUNT_MISMATCH: Severity.HIGH,
+    Reason.COMPENSATION_FAILED: Severity.HIGH,
+}
+# What a machine closes when it settles the effect itself (a lookup, a webhook, a statement):
+# items that asked a person what happened. Not those that ask for a judgement the settling
+# does not make (a duplicate, a mismatch, an approval, a failed compensation).
+MACHINE_CLOSES = frozenset(
+    {
+        Reason.NO_LOOKUP,
+        Reason.ATTEMPTS_EXHAUSTED,
+        Reason.INCONCLUSIVE,
+        Reason.STALE,
+        Reason.NOT_FOUND_UNPROVEN,
+        Reason.COMPENSATION_UNKNOWN,
+    }
+)
 
 
 def _open_items(name: str, *fields: str) -> models.Index:
@@ -34,6 +74,9 @@ class ReviewItem(models.Model):
 
     effect = models.ForeignKey("ledger.Effect", on_delete=models.PROTECT, related_name="reviews")
     reason = models.CharField(max_length=64, choices=Reason.choices)
+    severity = models.PositiveSmallIntegerField(
+        choices=Severity.choices, default=Severity.NORMAL, db_default=Severity.NORMAL
+    )
     opened_at = models.DateTimeField(db_default=Now())
     due_at = models.DateTimeField()
     assignee = models.ForeignKey(
