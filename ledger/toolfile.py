@@ -12,11 +12,27 @@ limit_amount_per_day = { EUR = "5000.00" }
 amount_path = "amount"       # dotted paths into the request
 currency_path = "currency"
 approve_above = "1000.00"    # four-eyes (ledger.approvals): needs limit_amount_per_day
+
+[tools.create_ticket]                # the provider's own record (README "The provider's record")
+preset = "lookup"
+call_timeout = "30s"          # the longest one provider call may take
+search_lag = "1m"             # how long a new request may be missing from the search
+settle_after = "2m"           # ≥ call_timeout + search_lag
+lookup_proves_absence = true  # the search is complete for requests older than settle_after …
+lookup_horizon = "30d"        # … and younger than this
+statements = true             # statements may be imported (needs amount_path, currency_path,
+amount_unit = "major"         #   amount_unit); columns and statuses may be mapped:
+statement_columns = { provider_ref = "id" }
+statement_status = { paid = "succeeded" }
+statement_reference = "idempotency_key"  # or "effect_id": what the `reference` column holds
+statement_skew = "5m"         # clock difference allowed around a dispatch window
+halt_on_duplicate = true      # a duplicate found at the provider halts the tool
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +46,15 @@ from ledger.limits import amount_limits, required_paths
 from ledger.models import Mode, Tool
 from ledger.tools import PRESETS
 
-_FLAGS = ("read_only", "honours_key", "has_lookup")
+_FLAGS = (
+    "read_only",
+    "honours_key",
+    "has_lookup",
+    "lookup_proves_absence",
+    "statements",
+    "fetch_statements",
+    "halt_on_duplicate",
+)
 _DURATIONS = (
     "key_ttl",
     "confirm_within",
@@ -39,6 +63,10 @@ _DURATIONS = (
     "resolve_within",
     "backoffice_window",
     "retention",
+    "call_timeout",
+    "search_lag",
+    "lookup_horizon",
+    "statement_skew",
 )
 _TEXT = (
     "description",
@@ -47,8 +75,10 @@ _TEXT = (
     "webhook_provider",
     "amount_path",
     "currency_path",
+    "amount_unit",
 )
 _LISTS = ("card_scan_allow", "redact_paths")
+_MAPS = ("statement_columns", "statement_status")
 _KNOWN = {
     "preset",
     "max_attempts",
@@ -57,17 +87,33 @@ _KNOWN = {
     "limit_claims_per_minute",
     "limit_amount_per_day",
     "approve_above",
+    "statement_reference",
     *_FLAGS,
     *_DURATIONS,
     *_TEXT,
     *_LISTS,
+    *_MAPS,
 }
 # A provider that honours keys but did not say for how long is assumed to keep them a day.
 _DEFAULT_KEY_TTL = timedelta(hours=24)
+# Clock difference allowed between a provider's statement and the ledger, unless declared.
+_DEFAULT_STATEMENT_SKEW = timedelta(minutes=5)
+# A statement's columns (`ledger.statements`), and the line statuses its status maps onto.
+STATEMENT_COLUMNS = frozenset(
+    {"provider_ref", "reference", "amount", "currency", "status", "occurred_at", "type"}
+)
+LINE_STATUSES = frozenset({"succeeded", "failed", "pending"})
+REFERENCES = ("idempotency_key", "effect_id")
 
 
 class ToolFileError(ValueError):
     pass
+
+
+# Checks the ledger cannot make itself: what a tool's adapter can do (an app that knows the
+# adapters registers them, `reconcilers.registry.check_tool`). Each takes the tool's name and
+# its parsed fields and returns what is wrong, or "".
+ADAPTER_CHECKS: list[Callable[[str, dict[str, Any]], str]] = []
 
 
 def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +169,77 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     fields["mode"] = mode
     _limits(name, spec, fields)
     _approval(name, spec, fields)
+    _absence(name, fields)
+    _statements(name, spec, fields)
+    for check in ADAPTER_CHECKS:
+        problem = check(name, fields)
+        if problem:
+            raise ToolFileError(f"tool {name!r}: {problem}")
     return fields
+
+
+def _absence(name: str, fields: dict[str, Any]) -> None:
+    """`lookup_proves_absence`: the provider's search is complete for requests older than
+    settle_after, so a late enough not-found proves the request never arrived. Refused unless
+    every bound that makes it true is declared."""
+    if not fields["lookup_proves_absence"]:
+        return
+    missing = [
+        key for key in ("call_timeout", "settle_after", "lookup_horizon") if fields[key] is None
+    ]
+    if not fields["has_lookup"]:
+        raise ToolFileError(f"tool {name!r}: lookup_proves_absence needs has_lookup")
+    if missing:
+        raise ToolFileError(f"tool {name!r}: lookup_proves_absence needs {', '.join(missing)}")
+    lag = fields["search_lag"] or timedelta(0)
+    if fields["settle_after"] < fields["call_timeout"] + lag:
+        raise ToolFileError(
+            f"tool {name!r}: settle_after must be at least call_timeout + search_lag "
+            f"({fields['call_timeout'] + lag}) for a not-found to prove absence"
+        )
+    if fields["lookup_horizon"] <= fields["settle_after"]:
+        raise ToolFileError(f"tool {name!r}: lookup_horizon must be longer than settle_after")
+
+
+def _statements(name: str, spec: dict[str, Any], fields: dict[str, Any]) -> None:
+    for key in _MAPS:
+        value = spec.get(key, {})
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and 0 < len(v) <= 100
+            for k, v in value.items()
+        ):
+            raise ToolFileError(f"tool {name!r}: {key} must be a table of short strings")
+        fields[key] = value
+    if set(fields["statement_columns"]) - STATEMENT_COLUMNS:
+        unknown = sorted(set(fields["statement_columns"]) - STATEMENT_COLUMNS)
+        raise ToolFileError(
+            f"tool {name!r}: statement_columns maps unknown columns {unknown}; "
+            f"the columns are {sorted(STATEMENT_COLUMNS)}"
+        )
+    if set(fields["statement_status"].values()) - LINE_STATUSES:
+        raise ToolFileError(
+            f"tool {name!r}: statement_status maps onto {sorted(LINE_STATUSES)} only"
+        )
+    reference = spec.get("statement_reference", REFERENCES[0])
+    if reference not in REFERENCES:
+        raise ToolFileError(f"tool {name!r}: statement_reference must be one of {REFERENCES}")
+    fields["statement_reference"] = reference
+    if fields["amount_unit"] not in ("", "major", "minor"):
+        raise ToolFileError(f'tool {name!r}: amount_unit must be "major" or "minor"')
+    if fields["amount_unit"] == "minor" and (
+        fields["limit_amount_per_day"] or fields["approve_above"] is not None
+    ):
+        # Limits and four-eyes thresholds read the request's amount in major units.
+        raise ToolFileError(f"tool {name!r}: limits and approve_above need amount_unit major")
+    if fields["fetch_statements"] and not fields["statements"]:
+        raise ToolFileError(f"tool {name!r}: fetch_statements needs statements = true")
+    if not fields["statements"]:
+        return
+    missing = [k for k in ("amount_path", "currency_path", "amount_unit") if not fields[k]]
+    if missing:
+        raise ToolFileError(f"tool {name!r}: a tool with statements must declare {missing}")
+    if fields["statement_skew"] is None:
+        fields["statement_skew"] = _DEFAULT_STATEMENT_SKEW
 
 
 def _limits(name: str, spec: dict[str, Any], fields: dict[str, Any]) -> None:

@@ -43,6 +43,12 @@ class Policy:
     currency_path: str = ""
     # Four-eyes threshold (`ledger.approvals`), in major units of the request's currency.
     approve_above: Decimal | None = None
+    # The provider's record (`ledger.absence`): see the Tool model.
+    call_timeout: timedelta | None = None
+    search_lag: timedelta | None = None
+    lookup_proves_absence: bool = False
+    lookup_horizon: timedelta | None = None
+    halt_on_duplicate: bool = False
 
     @classmethod
     def from_tool(cls, tool: Tool) -> Policy:
@@ -63,6 +69,11 @@ class Policy:
             amount_path=tool.amount_path,
             currency_path=tool.currency_path,
             approve_above=tool.approve_above,
+            call_timeout=tool.call_timeout,
+            search_lag=tool.search_lag,
+            lookup_proves_absence=tool.lookup_proves_absence,
+            lookup_horizon=tool.lookup_horizon,
+            halt_on_duplicate=tool.halt_on_duplicate,
         )
 
     @classmethod

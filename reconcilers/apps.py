@@ -21,3 +21,9 @@ class ReconcilersConfig(AppConfig):
         from reconcilers.queue import on_checks_due
 
         checks_due.connect(on_checks_due, dispatch_uid="reconcilers.queue.on_checks_due")
+        # What loadtools cannot know without the adapters.
+        from ledger.toolfile import ADAPTER_CHECKS
+        from reconcilers.registry import check_tool
+
+        if check_tool not in ADAPTER_CHECKS:
+            ADAPTER_CHECKS.append(check_tool)

@@ -39,6 +39,11 @@ class HttpLookup:
     name: ClassVar[str] = "http_lookup"
     config: dict[str, Any] = field(default_factory=dict)
 
+    @staticmethod
+    def answers_with_lists(config: dict[str, Any]) -> bool:
+        """A list search, unless configured to take single objects or a 404 as answers."""
+        return not config.get("single_object") and not config.get("not_found_on_404")
+
     def lookup(self, effect: Effect) -> Lookup:
         template = self.config.get("url")
         if not isinstance(template, str) or "{idempotency_key}" not in template:

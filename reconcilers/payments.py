@@ -28,6 +28,11 @@ class SandboxPayments:
     name: ClassVar[str] = "sandbox_payments"
     config: dict[str, Any] = field(default_factory=dict)
 
+    @staticmethod
+    def answers_with_lists(config: dict[str, Any]) -> bool:
+        """Its lookup is a list search by key (`GET /charges?idempotency_key=`), always."""
+        return True
+
     @property
     def base_url(self) -> str:
         return str(self.config.get("base_url") or "").rstrip("/")
