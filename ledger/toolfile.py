@@ -131,6 +131,7 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(spec[flag], bool):
                 raise ToolFileError(f"tool {name!r}: {flag} must be true or false")
             fields[flag] = spec[flag]
+        fields.setdefault(flag, False)
     defaults = {
         "escalate_after": settings.LEDGER_ESCALATE_AFTER,
         "resolve_within": settings.LEDGER_RESOLVE_WITHIN,
