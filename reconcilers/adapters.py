@@ -2,10 +2,12 @@
 can ask (`reconcilers.registry` picks one by tool configuration).
 
 An adapter answers one question after a crash: did the provider do this effect? `lookup`
-returns found (with the provider's reference and what it recorded), not found, or
-inconclusive. It never raises for anything the provider says or fails to say: timeouts, 5xx,
-garbage and answers that do not echo our key are all inconclusive. Adapters are called outside
-any database transaction.
+returns found (with the provider's reference and what it recorded), not found, duplicate (two
+or more records under our one reference), or inconclusive. `listed` says the answer came from
+a list search: only such a not-found can prove that the provider never got the request
+(`lookup_proves_absence`); a 404 or a single-object answer cannot. It never raises for
+anything the provider says or fails to say: timeouts, 5xx, garbage and answers that do not
+echo our key are all inconclusive. Adapters are called outside any database transaction.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import httpx
 
 from ledger.models import Effect
 
-FOUND, NOT_FOUND, INCONCLUSIVE = "found", "not_found", "inconclusive"
+FOUND, NOT_FOUND, DUPLICATE, INCONCLUSIVE = "found", "not_found", "duplicate", "inconclusive"
 
 
 @dataclass(frozen=True)
 class Lookup:
-    outcome: Literal["found", "not_found", "inconclusive"]
+    outcome: Literal["found", "not_found", "duplicate", "inconclusive"]
     detail: str = ""
     provider_ref: str = ""
     # Only for `found`: "confirmed", "failed" or "pending" as the provider sees it.
@@ -30,16 +32,24 @@ class Lookup:
     # Only for `found`: where what the provider recorded differs from our request.
     mismatches: tuple[str, ...] = ()
     answer: Any = None
+    # The answer was a list of every record under our reference (see the module docstring).
+    listed: bool = False
+    # Only for `duplicate`: the provider's references of the records it holds under ours.
+    refs: tuple[str, ...] = ()
 
     def evidence(self) -> dict[str, Any]:
         """What the event log keeps of this answer."""
-        return {
+        shown = {
             "outcome": self.outcome,
             "detail": self.detail[:500],
             "provider_ref": self.provider_ref,
             "status": self.status,
             "mismatches": list(self.mismatches),
+            "listed": self.listed,
         }
+        if self.refs:
+            shown["refs"] = list(self.refs)
+        return shown
 
 
 def found(ref: str, status: str, mismatches: list[str] | None = None, answer: Any = None) -> Lookup:
@@ -48,8 +58,12 @@ def found(ref: str, status: str, mismatches: list[str] | None = None, answer: An
     )
 
 
-def not_found(detail: str = "") -> Lookup:
-    return Lookup(NOT_FOUND, detail=detail)
+def not_found(detail: str = "", *, listed: bool = False) -> Lookup:
+    return Lookup(NOT_FOUND, detail=detail, listed=listed)
+
+
+def duplicate(refs: list[str], detail: str = "") -> Lookup:
+    return Lookup(DUPLICATE, detail=detail, refs=tuple(refs), listed=True)
 
 
 def inconclusive(detail: str) -> Lookup:

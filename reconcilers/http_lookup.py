@@ -8,19 +8,29 @@ Configured per tool, e.g. in tools.toml:
                           ref = "id", confirmed = ["open", "closed"], failed = ["rejected"] }
 
 `records` is a dotted path to the list of matches in the JSON answer; each match must echo our
-key at `key`, otherwise the answer proves nothing.
+key at `key`, otherwise the answer proves nothing. A provider that answers with one object
+instead (`single_object = true`: the record at `records`, or none) can be asked too, but its
+"none", like a 404 taken as not found (`not_found_on_404 = true`), never proves absence: only a
+list answer can (`answers_with_lists`, `lookup_proves_absence`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx
 
 from ledger.models import Effect
-from reconcilers.adapters import Lookup, found, http_client, inconclusive, not_found
+from reconcilers.adapters import (
+    Lookup,
+    duplicate,
+    found,
+    http_client,
+    inconclusive,
+    not_found,
+)
 
 
 def _at(value: Any, path: str) -> Any:
@@ -63,18 +73,23 @@ class HttpLookup:
             records = _at(response.json(), self.config.get("records", "data"))
         except ValueError:
             return inconclusive("provider answered something that is not JSON")
+        listed = not self.config.get("single_object")
+        if not listed:
+            records = [] if records is None else [records]
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             return inconclusive("provider answer has no list of records")
         key_path = self.config.get("key", "idempotency_key")
         if any(_at(r, key_path) != effect.idempotency_key for r in records):
             return inconclusive("provider answer does not echo our key")
         if not records:
-            return not_found("no record with our key")
+            return not_found("no record with our key", listed=listed)
+        ref_path = self.config.get("ref", "id")
         if len(records) > 1:
-            return inconclusive(f"provider holds {len(records)} records under one key")
+            refs = [str(_at(r, ref_path)) for r in records]
+            return duplicate(refs, f"provider holds {len(records)} records under one key")
         record = records[0]
         state = _at(record, self.config.get("status", "status"))
-        ref = _at(record, self.config.get("ref", "id"))
+        ref = _at(record, ref_path)
         if state in self.config.get("confirmed", ["confirmed", "succeeded"]):
             status = "confirmed"
         elif state in self.config.get("failed", ["failed"]):
@@ -83,4 +98,4 @@ class HttpLookup:
             status = "pending"
         if not isinstance(ref, (str, int)):
             return inconclusive("provider record lacks a reference")
-        return found(str(ref), status, answer=record)
+        return replace(found(str(ref), status, answer=record), listed=listed)

@@ -3,7 +3,7 @@ found by idempotency key, checked against what we asked for before they count.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import httpx
@@ -13,6 +13,7 @@ from ledger.models import Effect
 from reconcilers.adapters import (
     Lookup,
     Sent,
+    duplicate,
     found,
     http_client,
     inconclusive,
@@ -69,11 +70,15 @@ class SandboxPayments:
             # A provider that ignores the key filter (or keys altogether) lists other records:
             # nothing here proves or disproves that ours arrived.
             return inconclusive("provider answer does not echo our idempotency key")
+        if body.get("has_more"):
+            # Not the whole list: neither absence nor a count can be read from it.
+            return inconclusive("provider answer is one page of a longer list")
         if not data:
-            return not_found(f"no {collection[:-1]} with our idempotency key")
+            return not_found(f"no {collection[:-1]} with our idempotency key", listed=True)
         if len(data) > 1:
-            return inconclusive(f"provider holds {len(data)} records under one key")
-        return self._judge(effect, data[0])
+            refs = [str(item.get("id")) for item in data]
+            return duplicate(refs, f"provider holds {len(data)} records under one key")
+        return replace(self._judge(effect, data[0]), listed=True)
 
     def execute(self, effect: Effect) -> Sent:
         """Send an effect the ledger originates (a refund an operator asked for) under its

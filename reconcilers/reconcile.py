@@ -18,8 +18,11 @@ What an answer leads to (DESIGN.md, "Recovery"):
 | ----------------------- | ------------------------------------------------------------------- |
 | found, matches request  | confirmed / failed as the provider says; pending → awaiting         |
 | found, differs          | unknown, review (provider_mismatch)                                 |
-| not found, honours key  | after settle_after: planned while attempts remain, else failed      |
-| not found, lookup only  | unknown, review (not_found_unproven)                                |
+| two or more records     | unknown, review (duplicate, high); the tool halted if it says so    |
+| not found, proves       | planned while attempts remain, else failed (never_sent); a tail     |
+|   absence               |   check after it next resolves (ledger.absence has the rule)        |
+| not found, not yet      | asked again once it could prove absence                             |
+| not found, never        | unknown, review (not_found_unproven)                                |
 | inconclusive            | unknown, retried with backoff and jitter, then review               |
 | (no lookup at all)      | the capability table in ledger.recovery                            |
 """
@@ -35,6 +38,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from ledger.absence import not_found_proves, tail_check_due
+from ledger.duplicates import report_duplicate
 from ledger.metrics import count_reconciliation
 from ledger.models import Effect, EventKind, Reason, Tool
 from ledger.recovery import apply_plan, database_now, plan_for
@@ -50,7 +55,7 @@ from ledger.transitions import (
     transition,
     transition_many,
 )
-from reconcilers.adapters import FOUND, NOT_FOUND, Lookup
+from reconcilers.adapters import DUPLICATE, FOUND, NOT_FOUND, Lookup
 from reconcilers.registry import adapter_for
 
 log = logging.getLogger(__name__)
@@ -109,7 +114,7 @@ def process_next() -> bool:
 
 
 # Provider lookups of one batch run side by side: they wait on the network, not on us.
-_lookups = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lookup")
+lookup_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lookup")
 
 
 def check(effects: list[Effect]) -> None:
@@ -128,7 +133,7 @@ def check(effects: list[Effect]) -> None:
     answers = dict(
         zip(
             [e.id for e in asking],
-            _lookups.map(lambda e: adapter_for(tools.get(e.tool)).lookup(e), asking),
+            lookup_pool.map(lambda e: adapter_for(tools.get(e.tool)).lookup(e), asking),
             strict=True,
         )
     )
@@ -175,9 +180,9 @@ def _reconciliation(effect: Effect, answer: Lookup) -> dict[str, Any]:
 def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> Move | None:
     """The answer's whole consequence when it is one transition, with the reconciliation event
     ahead of it: found and matching (confirmed or failed as the provider says; pending moves a
-    dispatching effect to awaiting_confirmation), or not found by a provider that honours keys
-    once `settle_after` has passed (planned while attempts remain, else failed: it was never
-    sent). None when it takes more (a review, a reschedule, a chain of moves): `_apply`."""
+    dispatching effect to awaiting_confirmation), or a not-found that proves absence
+    (`ledger.absence`: planned while attempts remain, else failed: it was never sent). None
+    when it takes more (a review, a reschedule, a chain of moves): `_apply`."""
 
     def move(to: Status, reason: str, changes: dict[str, Any], data: dict[str, Any]) -> Move:
         before = [event_values(**_reconciliation(effect, answer))]
@@ -197,28 +202,18 @@ def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime
         changes["confirm_deadline"] = seconds_from_now(wait.total_seconds())
         changes["next_check_at"] = seconds_from_now(_backoff(0))
         return move(Status.AWAITING_CONFIRMATION, "pending_at_provider", changes, evidence)
-    if (
-        answer.outcome == NOT_FOUND
-        and effect.status != Status.AWAITING_CONFIRMATION
-        and policy.honours_key
-        and now >= _settled_at(effect, policy, now)
-    ):
-        data = {"lookup": answer.evidence()}
+    if answer.outcome == NOT_FOUND and effect.status != Status.AWAITING_CONFIRMATION:
+        proof = not_found_proves(effect, policy, taken_at=now, listed=answer.listed)
+        if not proof.ground:
+            return None
+        data = {"lookup": answer.evidence(), "proof": proof.ground}
+        # Sent again or not, a first request that lands late must still be caught.
+        tail = seconds_from_now((tail_check_due(policy, now) - now).total_seconds())
         if effect.attempt < effect.max_attempts:
-            changes = {"next_check_at": None, "checks": 0}
+            changes = {"next_check_at": None, "checks": 0, "tail_check_at": tail}
             return move(Status.PLANNED, "never_received", changes, data)
-        return move(Status.FAILED, "never_sent", {}, data)
+        return move(Status.FAILED, "never_sent", {"tail_check_at": tail}, data)
     return None
-
-
-def _settled_at(effect: Effect, policy: Policy, now: datetime) -> datetime:
-    """When a provider's "not found" starts to prove the request never arrived: settle_after
-    past the last moment it could have left."""
-    if effect.status == Status.DISPATCHING:
-        sent_until = effect.lease_expires_at or now
-    else:
-        sent_until = effect.left_dispatch_at or now
-    return sent_until + (policy.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER))
 
 
 def _record_answer(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
@@ -249,27 +244,40 @@ def _without_lookup(effect: Effect, policy: Policy, now: datetime) -> None:
 
 def _apply(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
     """The answers that take more than one transition (`_settling_move` has the others)."""
-    if answer.outcome == FOUND and answer.mismatches:
+    if answer.outcome == DUPLICATE:
+        # Received at least once, perhaps more: nothing automatic may act on it any more.
+        effect = _to_unknown(effect, Reason.DUPLICATE.value)
+        report_duplicate(
+            effect.id,
+            effect.tool,
+            status=effect.status,
+            actor=ACTOR,
+            evidence={"refs": [policy.redactor.text(r) for r in answer.refs]},
+        )
+        _reschedule(effect, None)
+    elif answer.outcome == FOUND and answer.mismatches:
         effect = _to_unknown(effect, Reason.MISMATCH.value)
         open_review(effect.id, Reason.MISMATCH)
         _reschedule(effect, None)
     elif answer.outcome == NOT_FOUND and effect.status != Status.AWAITING_CONFIRMATION:
-        _not_found(effect, policy, now)
+        _not_found(effect, policy, now, answer.listed)
     else:
         # Also a pending record for an effect that has left dispatching: asked again later.
         _inconclusive(effect, answer, now)
 
 
-def _not_found(effect: Effect, policy: Policy, now: datetime) -> None:
-    if not policy.honours_key:
-        # A provider that ignores keys may hold our request under another name.
+def _not_found(effect: Effect, policy: Policy, now: datetime, listed: bool) -> None:
+    """A not-found that proves nothing yet (a proof is a `_settling_move`)."""
+    proof = not_found_proves(effect, policy, taken_at=now, listed=listed)
+    if proof.not_before is None:
+        # A provider that ignores keys may hold our request under another name, or its search
+        # has forgotten it: only a person, or a statement, can tell.
         effect = _to_unknown(effect, Reason.NOT_FOUND_UNPROVEN.value)
         open_review(effect.id, Reason.NOT_FOUND_UNPROVEN)
         _reschedule(effect, None)
         return
-    # Not settled yet (a settled "not found" is a `_settling_move`): a slow request may still
-    # land; ask again once it could no longer.
-    _reschedule(effect, _settled_at(effect, policy, now))
+    # A slow request may still land: ask again once it could no longer.
+    _reschedule(effect, proof.not_before)
 
 
 def _inconclusive(effect: Effect, answer: Lookup, now: datetime) -> None:

@@ -339,6 +339,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     }
     assert set(SCHEDULES) == {
         "reconciliation-sweep",
+        "tail-checks",
         "escalation",
         "review-alerts",
         "alert-sender",

@@ -202,7 +202,7 @@ class Migration(migrations.Migration):
                     ("manual_execution", "To be carried out by hand"),
                     ("approval_required", "Above the approval threshold (four-eyes)"),
                     ("amount_mismatch", "Statement amount differs from the request"),
-                    ("statement_contradicts_record", "Statement contradicts the record"),
+                    ("statement_contradicts_record", "The provider's record contradicts ours"),
                     ("statement_line_removed", "Line removed by a statement revision"),
                 ],
                 max_length=64,

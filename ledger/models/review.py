@@ -27,8 +27,8 @@ class Reason(models.TextChoices):
     APPROVAL_REQUIRED = "approval_required", "Above the approval threshold (four-eyes)"
     # A statement line's amount or currency differs from the request.
     AMOUNT_MISMATCH = "amount_mismatch", "Statement amount differs from the request"
-    # A statement line contradicts a terminal status or an operator's decision.
-    STATEMENT_CONTRADICTS = "statement_contradicts_record", "Statement contradicts the record"
+    # A statement line or a tail check contradicts a terminal status or an operator's decision.
+    STATEMENT_CONTRADICTS = "statement_contradicts_record", "The provider's record contradicts ours"
     # A revised statement no longer lists a line an earlier import applied.
     STATEMENT_LINE_REMOVED = "statement_line_removed", "Line removed by a statement revision"
 
