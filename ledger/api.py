@@ -277,7 +277,7 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
                 effect,
                 owner=payload.owner,
                 claim_id=payload.claim_id,
-                lease_seconds=_lease_seconds(payload.lease_seconds),
+                lease_seconds=policy.lease_for(payload.lease_seconds),
                 actor=_actor(agent),
             )
             claimed = True
@@ -290,7 +290,7 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
 def _new_intent(agent: Agent, intent: Intent, policy: Policy, payload: IntentIn) -> Any:
     claim = None
     if payload.claim:
-        lease_seconds = _lease_seconds(payload.lease_seconds)
+        lease_seconds = policy.lease_for(payload.lease_seconds)
         claim = {
             "owner": payload.owner,
             "claim_id": payload.claim_id,
@@ -313,11 +313,12 @@ def _new_intent(agent: Agent, intent: Intent, policy: Policy, payload: IntentIn)
     summary="Claim a planned effect: planned → dispatching, with a lease",
 )
 def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -> dict[str, Any]:
+    effect = _own_effect(request, effect_id)
     effect, _ = claim(
-        _own_effect(request, effect_id),
+        effect,
         owner=payload.owner,
         claim_id=payload.claim_id,
-        lease_seconds=_lease_seconds(payload.lease_seconds),
+        lease_seconds=policy_for(effect.tool).lease_for(payload.lease_seconds),
         actor=_actor(_agent(request)),
     )
     return _show(request, effect, claimer=True)

@@ -30,20 +30,23 @@ def report_duplicate(
     actor: str,
     kind: str = EventKind.RECONCILIATION,
     evidence: Mapping[str, Any],
+    recorded: bool = False,
 ) -> None:
     """Record a duplicate of this effect (in `status` now) found by `actor`: the event
     (`kind`, with `evidence`: provider refs, lines; redacted by the caller), the review item,
-    and the tool's halt where it declares `halt_on_duplicate`. In one transaction."""
+    and the tool's halt where it declares `halt_on_duplicate`. In one transaction. `recorded`:
+    the caller has recorded the evidence in an event of its own already."""
     with transaction.atomic():
-        record_event(
-            effect_id,
-            kind=kind,
-            actor=actor,
-            from_status=status,
-            to_status=status,
-            reason=Reason.DUPLICATE.value,
-            data={"duplicate": True, **evidence},
-        )
+        if not recorded:
+            record_event(
+                effect_id,
+                kind=kind,
+                actor=actor,
+                from_status=status,
+                to_status=status,
+                reason=Reason.DUPLICATE.value,
+                data={"duplicate": True, **evidence},
+            )
         open_review(effect_id, Reason.DUPLICATE)
         if Tool.objects.filter(name=tool, halt_on_duplicate=True).exists():
             halt(

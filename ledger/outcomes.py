@@ -9,9 +9,9 @@ from typing import Any
 from django.db import transaction
 
 from ledger import digests
+from ledger.duplicates import report_duplicate
 from ledger.errors import StaleLease
-from ledger.models import Effect, EffectEvent, EventKind, Reason
-from ledger.reviewqueue import open_review
+from ledger.models import Effect, EffectEvent, EventKind
 from ledger.states import OUTCOME_TARGETS, Status
 from ledger.tools import Policy
 from ledger.transitions import SqlExpr, Superseded, record_event, seconds_from_now, transition
@@ -184,4 +184,12 @@ def _keep_late_outcome(
         reported = changes.get("provider_ref", "")
         if reported and recorded and reported != recorded:
             # Two provider references for one effect: the provider may hold two charges.
-            open_review(effect.id, Reason.DUPLICATE)
+            report_duplicate(
+                effect.id,
+                effect.tool,
+                status=effect.status,
+                actor=actor,
+                kind=EventKind.LATE_OUTCOME,
+                evidence={"provider_ref": reported, "recorded_ref": recorded},
+                recorded=True,
+            )

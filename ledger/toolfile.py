@@ -144,6 +144,9 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             fields[key] = None if raw is None else timedelta(seconds=parse_duration(raw))
         except ValueError as exc:
             raise ToolFileError(f"tool {name!r}: {key}: {exc}") from None
+    if fields["call_timeout"] is not None and fields["call_timeout"] > timedelta(hours=1):
+        # A claim's lease is at most an hour, and it must outlast any call started on it.
+        raise ToolFileError(f"tool {name!r}: call_timeout must be at most 1h")
     if fields["honours_key"] and fields["key_ttl"] is None:
         fields["key_ttl"] = _DEFAULT_KEY_TTL
     for key in _TEXT:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -11,6 +12,7 @@ from django.conf import settings
 
 from ledger import configversion
 from ledger.configversion import VersionedCache
+from ledger.errors import ValidationFailed
 from ledger.limits import amount_limits
 from ledger.models import Mode, Tool
 from ledger.redaction import Redactor
@@ -75,6 +77,22 @@ class Policy:
             lookup_horizon=tool.lookup_horizon,
             halt_on_duplicate=tool.halt_on_duplicate,
         )
+
+    def lease_for(self, requested: int | None) -> int:
+        """The lease a claim gets: as requested, else the default, never shorter than the
+        tool's `call_timeout`: a provider call must be able to finish inside the lease it
+        started on, since fencing stops outcome writes, not calls (`ledger.absence`). A
+        request for less is refused (422)."""
+        floor = math.ceil(self.call_timeout.total_seconds()) if self.call_timeout else 0
+        if requested is None:
+            return max(settings.LEDGER_DEFAULT_LEASE_SECONDS, floor)
+        if requested < floor:
+            raise ValidationFailed(
+                f"Tool {self.name!r} declares a call_timeout of {floor} s: a shorter lease could "
+                "run out while its provider call is still in flight.",
+                {"lease_seconds": f"at least {floor}"},
+            )
+        return requested
 
     @classmethod
     def unsafe(cls, name: str) -> Policy:

@@ -34,7 +34,7 @@ from ledger.interlocks import blocked_by, cancel_dependents
 from ledger.limits import NON_RECEIPT, release, release_sql
 from ledger.limits import refusal_from_trigger as limit_refusal
 from ledger.metrics import count_transition
-from ledger.models import Effect, EffectEvent, EventKind, Reason
+from ledger.models import Effect, EffectEvent, EventKind, Reason, ReviewItem
 from ledger.reviewqueue import close_settled_reviews, open_review, settles
 from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
 
@@ -441,6 +441,14 @@ def claim(
     if waiting:
         raise Blocked("Upstream effects are not confirmed yet.", blocked_by=waiting)
     if moved is None:
+        if ReviewItem.objects.filter(
+            effect_id=effect.id, resolved_at__isnull=True, reason=Reason.DUPLICATE
+        ).exists():
+            raise InvalidTransition(
+                "The provider may already hold this effect (a duplicate is under review): it "
+                "cannot be claimed until an operator has decided.",
+                status=effect.status,
+            )
         raise InvalidTransition("The effect was claimed or changed by someone else first.")
     return moved, False
 
@@ -450,6 +458,13 @@ def trigger_refusal(exc: DatabaseError) -> LedgerError | None:
     or 429 `limit_exceeded` (0014); None for any other error. Raised, not alerted: the caller
     enqueues the limit's alert once its transaction is over (`LimitExceeded.alert`)."""
     return limit_refusal(exc) or halt_refusal_from_trigger(exc)
+
+
+_NO_OPEN_DUPLICATE = (
+    f"NOT EXISTS (SELECT 1 FROM {ReviewItem._meta.db_table} r "
+    f"WHERE r.effect_id = {_EFFECT_TABLE}.id AND r.resolved_at IS NULL "
+    f"AND r.reason = '{Reason.DUPLICATE.value}')"
+)
 
 
 def _claim(
@@ -470,7 +485,8 @@ def _claim(
                 "lease_seconds": lease_seconds,
                 "lease_expires_at": seconds_from_now(lease_seconds),
             },
-            where=[("attempt < max_attempts", [])],
+            # The provider may already hold it more than once: a person decides first.
+            where=[("attempt < max_attempts", []), (_NO_OPEN_DUPLICATE, [])],
             data={
                 "owner": owner,
                 "claim_id": claim_id,

@@ -16,11 +16,12 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from ledger.duplicates import report_duplicate
 from ledger.errors import InvalidTransition, LedgerError, NotFound
 from ledger.matching import differences
-from ledger.models import Effect, Reason, Tool, WebhookDelivery
+from ledger.models import Effect, EventKind, Reason, Tool, WebhookDelivery
 from ledger.reviewqueue import open_review
-from ledger.states import Status
+from ledger.states import TERMINAL, Status
 from ledger.tools import policy_for
 from ledger.transitions import Superseded, transition
 
@@ -80,6 +81,8 @@ def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
     ref = redact.text(payload.get("provider_ref") or "")
     if effect.status == to and (not ref or ref == effect.provider_ref):
         return effect
+    if _another_record(effect, ref):
+        return _keep_as_duplicate(effect, provider, ref, payload)
     if effect.status not in _RESOLVABLE:
         raise InvalidTransition(f"The effect is already {effect.status}.", status=effect.status)
     if to == Status.CONFIRMED and _differs(effect, payload.get("response")):
@@ -124,4 +127,30 @@ def _hold_for_review(effect: Effect, provider: str, ref: str) -> Effect:
                     "The effect changed while the callback was applied."
                 ) from None
         open_review(effect.id, Reason.MISMATCH)
+    return effect
+
+
+def _another_record(effect: Effect, ref: str) -> bool:
+    """Does the callback speak of a record the effect does not hold? A provider ref other than
+    the one a settled effect recorded, or any ref for an effect sent again on a proof of
+    absence (planned once more): the first request landed after all."""
+    if not ref:
+        return False
+    if effect.status in TERMINAL:
+        return bool(effect.provider_ref) and ref != effect.provider_ref
+    return effect.status == Status.PLANNED and effect.attempt > 0
+
+
+def _keep_as_duplicate(effect: Effect, provider: str, ref: str, payload: dict[str, Any]) -> Effect:
+    """Keep the callback as a late outcome and report the duplicate; the effect stays as it
+    is. Answered 200: the delivery was taken, and a retried delivery would add nothing."""
+    evidence = {"provider_ref": ref, "status": str(payload["status"]), "webhook": True}
+    report_duplicate(
+        effect.id,
+        effect.tool,
+        status=effect.status,
+        actor=f"provider:{provider}",
+        kind=EventKind.LATE_OUTCOME,
+        evidence={**evidence, "recorded_ref": effect.provider_ref},
+    )
     return effect

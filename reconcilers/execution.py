@@ -61,9 +61,12 @@ def execute_one(effect_id: Any) -> bool:
     adapter = adapter_for(Tool.objects.filter(name=effect.tool).first())
     if not hasattr(adapter, "execute"):
         return False
+    policy = policy_for(effect.tool)
+    # Never shorter than the tool's call_timeout: the call must end inside the lease.
+    lease_seconds = max(LEASE_SECONDS, policy.lease_for(None))
     try:
         effect, _ = claim(
-            effect, owner=OWNER, claim_id=None, lease_seconds=LEASE_SECONDS, actor=ACTOR
+            effect, owner=OWNER, claim_id=None, lease_seconds=lease_seconds, actor=ACTOR
         )
     except AttemptsExhausted:
         open_review(effect.id, Reason.ATTEMPTS_EXHAUSTED)
@@ -86,7 +89,7 @@ def execute_one(effect_id: Any) -> bool:
             response=sent.response,
             error=sent.error,
             actor=ACTOR,
-            policy=policy_for(effect.tool),
+            policy=policy,
         )
     except StaleLease:
         log.warning(

@@ -7,7 +7,7 @@ import time
 
 from django.test import Client
 
-from ledger.models import Effect
+from ledger.models import Effect, Halt, ReviewItem
 from ledger.webhooks import sign
 
 SECRET = "test-webhook-secret-0123456789"
@@ -136,3 +136,58 @@ def test_a_confirmation_whose_charge_matches_the_request_confirms(alice, setting
     effect = _awaiting(alice)
     assert _confirm_with_charge(effect, "10.00").status_code == 200
     assert Effect.objects.get(pk=effect["id"]).status == "confirmed"
+
+
+def test_a_callback_naming_another_ref_for_a_settled_effect_is_kept_and_opens_a_duplicate(
+    alice, settings, tools
+):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    tools["charge_card"].halt_on_duplicate = True
+    tools["charge_card"].save()
+    effect = alice.intent(claim=True)
+    alice.outcome(effect["id"], effect["lease_token"], provider_ref="ch_1")
+
+    response = _deliver(
+        {
+            "idempotency_key": effect["idempotency_key"],
+            "status": "confirmed",
+            "provider_ref": "ch_2",
+        }
+    )
+
+    # Taken (a retried delivery would add nothing), kept, and put before a person.
+    assert response.status_code == 200, response.content
+    stored = Effect.objects.get(pk=effect["id"])
+    assert (stored.status, stored.provider_ref) == ("confirmed", "ch_1")
+    late = stored.events.latest("id")
+    assert (late.kind, late.reason, late.data["provider_ref"]) == (
+        "late_outcome",
+        "duplicate",
+        "ch_2",
+    )
+    item = ReviewItem.objects.get(effect_id=effect["id"])
+    assert (item.reason, item.severity) == ("duplicate", 3)
+    assert Halt.objects.filter(scope="tool", value="charge_card", lifted_at=None).exists()
+
+
+def test_a_callback_for_an_effect_sent_again_on_a_proof_of_absence_opens_a_duplicate(
+    alice, settings
+):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = alice.intent(claim=True)
+    alice.outcome(effect["id"], effect["lease_token"], "not_sent")  # planned, attempt 1
+
+    response = _deliver(
+        {
+            "idempotency_key": effect["idempotency_key"],
+            "status": "confirmed",
+            "provider_ref": "ch_1",
+        }
+    )
+
+    assert response.status_code == 200, response.content
+    assert Effect.objects.get(pk=effect["id"]).status == "planned"
+    assert ReviewItem.objects.get(effect_id=effect["id"]).reason == "duplicate"
+    # And it is not sent again until a person has looked.
+    refused = alice.post(f"/effects/{effect['id']}/claim", {"owner": "w1"})
+    assert refused.status_code == 409

@@ -57,7 +57,9 @@ class Ledger:
     """A connection to the ledger for one worker (`owner`, a label shown in leases).
 
     While an effect block runs, a heartbeat extends its lease every `lease_seconds / 3` on
-    `clock` (default: a background thread in real time)."""
+    `clock` (default: a background thread in real time). `call_timeout`: the longest a
+    provider call may take; `step` starts no call with less of the lease left
+    (`Effect.ensure_lease`, which `with` blocks call themselves)."""
 
     def __init__(
         self,
@@ -70,9 +72,11 @@ class Ledger:
         retries: int = 3,
         http: httpx.Client | None = None,
         clock: Clock | None = None,
+        call_timeout: float | None = None,
     ) -> None:
         self.owner = owner
         self.lease_seconds = lease_seconds
+        self.call_timeout = call_timeout
         self.clock = clock
         self.transport = Transport(base_url, api_key, timeout=timeout, retries=retries, http=http)
 
@@ -152,6 +156,8 @@ class Ledger:
                 ) as e:
                     if e.replayed:
                         return e.result
+                    if self.call_timeout is not None:
+                        e.ensure_lease(self.call_timeout)
                     response = fn(e, dict(request))
                     if e.outcome is None:
                         e.confirm(ref(response), response)
@@ -240,16 +246,19 @@ class Ledger:
         body = {**body, "claim_id": uuid.uuid4().hex}
         name = f"{body['run_id']}:{body['step_id']}"
         try:
+            sent = time.monotonic()
             _, record = self.transport.request("POST", "/effects", body)
         except LedgerRequestError as exc:
             raise _refusal(name, exc) from exc
         if record.get("lease_token"):
+            granted = int(record.get("lease_seconds") or self.lease_seconds)
             heartbeat = Heartbeat(
                 self.transport,
                 str(record["id"]),
                 record["lease_token"],
-                int(record.get("lease_seconds") or self.lease_seconds),
+                granted,
                 self.clock,
+                lease_until=sent + granted,
             )
             heartbeat.start()
             return Effect(self.transport, record, replayed=False, heartbeat=heartbeat)

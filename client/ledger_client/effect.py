@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
 
-from ledger_client.errors import LeaseLost, LedgerRequestError, UsageError
+from ledger_client.errors import LeaseLost, LeaseTooShort, LedgerRequestError, UsageError
 from ledger_client.heartbeat import Heartbeat
 from ledger_client.transport import Transport
 
@@ -62,6 +63,24 @@ class Effect:
     def lease_lost(self) -> bool:
         """True once a heartbeat was refused: check before starting more provider work."""
         return self._heartbeat is not None and self._heartbeat.lost.is_set()
+
+    def lease_left(self) -> float:
+        """Seconds of the lease surely left (0 on a replay, or once it is lost)."""
+        if self._heartbeat is None or self._heartbeat.lost.is_set():
+            return 0.0
+        return max(0.0, self._heartbeat.lease_until - time.monotonic())
+
+    def ensure_lease(self, call_timeout: float) -> None:
+        """Call right before the provider call that may take up to `call_timeout` seconds: if
+        less of the lease is left, the call is not started, the effect is reported `not_sent`
+        (it goes back to `planned`) and `LeaseTooShort` is raised."""
+        if self.lease_lost:
+            raise LeaseLost(f"Effect {self.id}: our lease is gone; do not start the call.")
+        left = self.lease_left()
+        if left < call_timeout:
+            why = f"{left:.1f} s of the lease left, and the call may take {call_timeout:g} s"
+            self.not_sent({"detail": f"not started: {why}"})
+            raise LeaseTooShort(f"Effect {self.id}: {why}; it was not sent.")
 
     @property
     def halt(self) -> dict[str, Any] | None:

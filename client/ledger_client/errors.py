@@ -102,6 +102,12 @@ class LeaseLost(LedgerClientError):
     state (the ledger keeps it as a late report). Recovery decides what happens next."""
 
 
+class LeaseTooShort(LedgerClientError):
+    """Less of the lease is left than the provider call may take (`call_timeout`), so the call
+    was not started and the effect was reported `not_sent`: a call outliving its lease could
+    run alongside another worker's retry, since fencing stops outcome writes, not calls."""
+
+
 class OutcomeMissing(LedgerClientError):
     """An effect block ended cleanly without reporting an outcome; it was recorded `unknown`."""
 

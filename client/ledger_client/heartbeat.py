@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -57,8 +58,14 @@ class Heartbeat:
         lease_token: str,
         lease_seconds: int,
         clock: Clock | None = None,
+        *,
+        lease_until: float | None = None,
     ) -> None:
         self.transport = transport
+        self.lease_seconds = lease_seconds
+        # When the lease runs out at the latest, on time.monotonic(): counted from the moment
+        # the claim or beat was sent, which is no later than the ledger started the lease.
+        self.lease_until = time.monotonic() + lease_seconds if lease_until is None else lease_until
         self.path = f"/effects/{effect_id}/heartbeat"
         self.body = {"lease_token": lease_token, "lease_seconds": lease_seconds}
         self.interval = lease_seconds / 3
@@ -79,7 +86,9 @@ class Heartbeat:
     def beat(self) -> bool:
         """Extend the lease once; False once it is lost, and beating should stop."""
         try:
+            sent = time.monotonic()
             _, answer = self.transport.request("POST", self.path, self.body)
+            self.lease_until = sent + self.lease_seconds
             self.halt = answer.get("halt") if isinstance(answer, dict) else None
         except LedgerRequestError as exc:
             if exc.code == "stale_lease":
