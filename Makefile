@@ -48,7 +48,8 @@ bench: install-test
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/pages.py; c=$$?; \
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/exports.py; d=$$?; \
 	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/payments.py; e=$$?; \
-	exit $$((a | b | c | d | e))
+	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/statements.py; f=$$?; \
+	exit $$((a | b | c | d | e | f))
 
 # The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".

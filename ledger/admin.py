@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -17,6 +18,8 @@ from ledger.models import (
     Run,
     Tool,
 )
+from ledger.models.statements import Incident, StatementImport, StatementLine
+from ledger.retention import REDACTED, REDACTED_TARGET
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -143,12 +146,64 @@ class EventInline(admin.TabularInline):
 
 @admin.register(Effect)
 class EffectAdmin(ReadOnlyAdmin):
-    list_display = ("effect_key", "agent", "tool", "status", "attempt", "kind", "created_at")
-    list_filter = ("status", "kind", "tool", "agent")
+    """Read-only, but for the legal hold, which is set and cleared by the two actions (each
+    change is logged in the admin's history of the effect): a hold keeps the effect's payloads
+    from retention (`ledger.retention`). Not through the change form: saving it would write
+    every column of the effect, its status among them, from a copy read earlier."""
+
+    list_display = (
+        "effect_key",
+        "agent",
+        "tool",
+        "status",
+        "attempt",
+        "kind",
+        "legal_hold",
+        "created_at",
+    )
+    list_filter = ("status", "kind", "legal_hold", "tool", "agent")
     search_fields = ("=id", "effect_key", "run_id", "idempotency_key", "provider_ref", "target")
     date_hierarchy = "created_at"
     list_select_related = ("agent",)
     inlines = [EventInline]
+    actions = ["place_legal_hold", "clear_legal_hold"]
+
+    def has_legal_hold_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("ledger.change_effect")
+
+    @admin.action(description="Place a legal hold (retention keeps the payloads)")
+    def place_legal_hold(self, request: HttpRequest, queryset: QuerySet[Effect]) -> None:
+        self._set_legal_hold(request, queryset, True)
+
+    @admin.action(description="Clear the legal hold")
+    def clear_legal_hold(self, request: HttpRequest, queryset: QuerySet[Effect]) -> None:
+        self._set_legal_hold(request, queryset, False)
+
+    place_legal_hold.allowed_permissions = ("legal_hold",)  # type: ignore[attr-defined]
+    clear_legal_hold.allowed_permissions = ("legal_hold",)  # type: ignore[attr-defined]
+
+    def _set_legal_hold(self, request: HttpRequest, queryset: QuerySet[Effect], hold: bool) -> None:
+        # One conditional UPDATE of this column only; an effect retention is redacting right
+        # now is held once that commits, with what is left.
+        with transaction.atomic():
+            changed = list(
+                Effect.objects.filter(pk__in=queryset.filter(legal_hold=not hold).values("pk"))
+                .select_for_update()
+                .only("pk", "effect_key", "status", "request", "target")
+            )
+            Effect.objects.filter(pk__in=[e.pk for e in changed]).update(legal_hold=hold)
+        note = "Placed a legal hold" if hold else "Cleared the legal hold"
+        for effect in changed:
+            self.log_change(request, effect, f"{note} (retention).")
+        self.message_user(request, f"{note} on {len(changed)} effect(s).", messages.SUCCESS)
+        gone = sum(e.target == REDACTED_TARGET and e.request == REDACTED for e in changed)
+        if hold and gone:
+            self.message_user(
+                request,
+                f"{gone} of them were already redacted by retention: a hold cannot bring "
+                "their payloads back.",
+                messages.WARNING,
+            )
 
 
 @admin.register(EffectEvent)
@@ -178,8 +233,16 @@ class ReviewItemAdmin(admin.ModelAdmin):
     closed by a decision (`reviews.decisions`), which records a decision effect and moves the
     target in the same transaction; closing or deleting it here would leave no trace."""
 
-    list_display = ("effect", "reason", "opened_at", "due_at", "assignee", "resolved_at")
-    list_filter = ("reason", ("resolved_at", admin.EmptyFieldListFilter))
+    list_display = (
+        "effect",
+        "reason",
+        "severity",
+        "opened_at",
+        "due_at",
+        "assignee",
+        "resolved_at",
+    )
+    list_filter = ("reason", "severity", ("resolved_at", admin.EmptyFieldListFilter))
     search_fields = ("=effect__id", "effect__effect_key")
     readonly_fields = (
         "effect",
@@ -190,6 +253,11 @@ class ReviewItemAdmin(admin.ModelAdmin):
         "resolved_by",
         "resolution",
         "decision",
+        "severity",
+        "tool",
+        "agent",
+        "run_id",
+        "effect_created_at",
     )
     list_select_related = ("effect", "assignee")
 
@@ -198,3 +266,60 @@ class ReviewItemAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+# Provider statements (`ledger.statements`): read-only. Imports come in through the command,
+# the upload form or the daily fetch; an incident closes by an acknowledge decision only.
+@admin.register(StatementImport)
+class StatementImportAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "tool",
+        "period_start",
+        "period_end",
+        "provisional",
+        "origin",
+        "imported_by",
+        "phase",
+        "lines",
+        "confirmed",
+        "orphans",
+        "created_at",
+    )
+    list_filter = ("tool", "provisional", "origin", "phase")
+    search_fields = ("=sha256", "filename", "imported_by")
+
+
+@admin.register(StatementLine)
+class StatementLineAdmin(ReadOnlyAdmin):
+    list_display = (
+        "statement",
+        "line_no",
+        "provider_ref",
+        "type",
+        "status",
+        "amount_minor",
+        "currency",
+        "occurred_at",
+        "effect",
+        "outcome",
+    )
+    list_filter = ("type", "status", "outcome")
+    search_fields = ("=provider_ref", "=reference", "=effect__id")
+    raw_id_fields = ("statement", "effect", "removed_by")
+
+
+@admin.register(Incident)
+class IncidentAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "kind",
+        "tool",
+        "severity",
+        "opened_at",
+        "due_at",
+        "acknowledged_at",
+        "acknowledged_by",
+    )
+    list_filter = ("kind", "tool", "severity", ("acknowledged_at", admin.EmptyFieldListFilter))
+    raw_id_fields = ("line", "decision")

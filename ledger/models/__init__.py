@@ -22,6 +22,14 @@ from ledger.models.effects import (
     WebhookDelivery,
 )
 from ledger.models.review import MACHINE_CLOSES, SEVERITY, Reason, ReviewItem, Severity
+from ledger.models.statements import (
+    Incident,
+    IncidentKind,
+    LineStatus,
+    LineType,
+    StatementImport,
+    StatementLine,
+)
 
 __all__ = [
     "CONFIG_VERSION_SEQUENCE",
@@ -41,13 +49,19 @@ __all__ = [
     "EventSeal",
     "Halt",
     "HaltScope",
+    "Incident",
+    "IncidentKind",
     "LimitCounter",
+    "LineStatus",
+    "LineType",
     "Mode",
     "Reason",
     "RetryProposal",
     "ReviewItem",
     "Run",
     "Severity",
+    "StatementImport",
+    "StatementLine",
     "Tool",
     "WebhookDelivery",
 ]
