@@ -5,7 +5,10 @@ SHA-256 of the previous hash and the event's canonical content. The content carr
 payload's digest rather than the payload, so a later redaction of `data` leaves the chain
 whole. The verifier recomputes the chain from the rows as they are now and names the first
 link that no longer holds; exported heads let a rewrite of the whole chain be noticed from
-outside the database.
+outside the database. An event whose data retention replaced with {"redacted": true}
+(`ledger.retention`) no longer matches its digest: it is counted as redacted, not as altered,
+on the condition under which the events' trigger permits that change (a `retention_purge`
+event of the same effect appended after it).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger import digests, jsonenc
-from ledger.models import EffectEvent, EventSeal
+from ledger.models import EffectEvent, EventKind, EventSeal
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,16 @@ BATCH = 1000
 MAX_BATCHES = 50
 # Rows the verifier pulls from its server-side cursor per round trip.
 VERIFY_CHUNK = 2000
+# Whether an event's data is retention's marker, put there after a purge of its effect: the
+# condition of the events' append-only trigger (EffectEvent.Meta.triggers), over `e`. The
+# purge is looked up (event_timeline_idx) only for events that hold the marker.
+_REDACTED_SQL = (
+    "(e.data = jsonb_build_object('redacted', true) "
+    f"AND e.kind <> '{EventKind.RETENTION_PURGE.value}' "
+    f"AND EXISTS (SELECT 1 FROM {EffectEvent._meta.db_table} p "
+    "WHERE p.effect_id = e.effect_id "
+    f"AND p.kind = '{EventKind.RETENTION_PURGE.value}' AND p.id > e.id))"
+)
 # pg_try_advisory_xact_lock key held by the one sealer at work ("seal" in ASCII).
 _SEALER_LOCK = 0x7365616C
 
@@ -261,6 +274,8 @@ class Verdict:
     unsealed_late: int
     oldest_unsealed_id: int | None
     grace: int
+    # Sealed events whose data retention redacted (their digest kept): not a break.
+    redacted: int = 0
 
     @property
     def intact(self) -> bool:
@@ -283,7 +298,8 @@ def verify(*, heads: Iterable[dict[str, Any]] = (), grace: int | None = None) ->
         try:
             cursor.execute(
                 f"SELECT s.seq, s.event_id, s.prev_hash, s.hash, s.sealed_at, "
-                f"e.id IS NOT NULL, e.data::text, {_SEALED_COLUMNS} "
+                f"e.id IS NOT NULL, e.data::text, coalesce({_REDACTED_SQL}, false), "
+                f"{_SEALED_COLUMNS} "
                 f"FROM {_SEALS} s LEFT JOIN {_EVENTS} e ON e.id = s.event_id ORDER BY s.seq"
             )
             while rows := cursor.fetchmany(VERIFY_CHUNK):
@@ -311,6 +327,7 @@ def verify(*, heads: Iterable[dict[str, Any]] = (), grace: int | None = None) ->
         unsealed_late=unsealed,
         oldest_unsealed_id=oldest,
         grace=grace,
+        redacted=state.redacted,
     )
 
 
@@ -331,6 +348,7 @@ class _Walk:
         self.broken: Break | None = None
         self.problems = 0
         self.heads_checked = 0
+        self.redacted = 0
 
     def _fail(self, seq: int, event_id: int | None, problem: str, detail: str) -> None:
         self.problems += 1
@@ -347,8 +365,8 @@ class _Walk:
             )
 
     def step(self, row: Sequence[Any]) -> None:
-        seq, event_id, prev_hash, stored_hash, sealed_at, exists, data = row[:7]
-        event = row[7:]
+        seq, event_id, prev_hash, stored_hash, sealed_at, exists, data, redacted = row[:8]
+        event = row[8:]
         self._exported_seals_missing_below(seq)
         expected_seq = self.head.seq + 1
         if seq != expected_seq:
@@ -362,7 +380,9 @@ class _Walk:
             recomputed = link_hash(prev_hash, content(event))
             if recomputed != stored_hash:
                 self._fail(seq, event_id, "hash mismatch", "the event or its seal was altered")
-            if digests.content_digest(jsonenc.loads(data)) != event[7]:
+            if redacted:
+                self.redacted += 1
+            elif digests.content_digest(jsonenc.loads(data)) != event[7]:
                 self._fail(seq, event_id, "payload digest mismatch", "the event's data was altered")
         if self.next_export < len(self.exported) and self.exported[self.next_export][0] == seq:
             _, exported_hash = self.exported[self.next_export]

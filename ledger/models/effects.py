@@ -264,8 +264,26 @@ class EffectEvent(models.Model):
             models.Index(fields=["created_at", "id"], name="event_created_idx"),
         ]
         triggers = [
-            pgtrigger.Protect(
-                name="event_append_only", operation=pgtrigger.Update | pgtrigger.Delete
+            # Append-only, but for one change: retention (`ledger.retention`) may replace an
+            # event's data with {"redacted": true}, every other column (the digest too) as it
+            # was, once a retention_purge event of the same effect was appended after it. The
+            # seals cover the digest, not the data, so `verifyledger` still holds; it accepts
+            # the marker on this same condition (`ledger.seal`). Migration 0020 installs it.
+            pgtrigger.Trigger(
+                name="event_append_only",
+                when=pgtrigger.Before,
+                operation=pgtrigger.Update | pgtrigger.Delete,
+                func=pgtrigger.Func(
+                    "IF TG_OP = 'UPDATE' AND NEW.data = jsonb_build_object('redacted', true) "
+                    "AND to_jsonb(NEW) - 'data' = to_jsonb(OLD) - 'data' "
+                    f"AND OLD.kind <> '{EventKind.RETENTION_PURGE.value}' "
+                    "AND EXISTS (SELECT 1 FROM {meta.db_table} p "
+                    "WHERE p.effect_id = OLD.effect_id "
+                    f"AND p.kind = '{EventKind.RETENTION_PURGE.value}' AND p.id > OLD.id) "
+                    "THEN RETURN NEW; END IF; "
+                    "RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', "
+                    "TG_TABLE_NAME;"
+                ),
             ),
         ]
 

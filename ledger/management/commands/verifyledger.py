@@ -11,6 +11,7 @@ from ledger.seal import load_heads, seal_all, verify
 class Command(BaseCommand):
     help = (
         "Recompute the audit chain over the event log and name its first broken link. "
+        "Events redacted by retention are counted, not reported as altered. "
         "Exit status 0 when the chain is intact, 1 when it is not."
     )
 
@@ -42,6 +43,11 @@ class Command(BaseCommand):
         )
         if heads:
             self.stdout.write(f"Checked against {verdict.heads_checked} exported heads in {heads}.")
+        if verdict.redacted:
+            self.stdout.write(
+                f"{verdict.redacted} sealed events redacted by retention: their data is gone, "
+                "their digests and seals hold."
+            )
         if verdict.unsealed_late:
             self.stdout.write(
                 self.style.WARNING(
