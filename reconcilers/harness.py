@@ -1,6 +1,7 @@
 """What the harnesses that run the ledger as real processes share (the crash test, the fault
 drills): children with a log file each that can be SIGKILLed and started again, a wait until
-the web process answers, and the charge tool pointed at a sandbox provider of the run's own.
+the web process answers, and the charge tool pointed at a sandbox provider of the run's own,
+declared as that provider allows (keys, a complete lookup only, or statements only).
 """
 
 from __future__ import annotations
@@ -64,15 +65,41 @@ def wait_healthy(api_url: str, timeout: float = 30.0) -> None:
     raise RuntimeError("the ledger's web process did not become healthy")
 
 
-def charge_tool_file(workdir: Path, provider_url: str) -> Path:
-    """A tools file declaring `charge_card` against the run's sandbox payments provider: it
-    honours keys and has a lookup, so an `unknown` outcome is checked by the reconciler. The
-    short `settle_after` lets "not found" count as proof within a short run."""
+# The charge tool as each crash-test provider lets it be declared (`charge_tool_file`).
+# keys: the provider honours keys and has a lookup, so an `unknown` outcome is checked by the
+# reconciler; the short `settle_after` lets "not found" count as proof within a short run.
+# lookup-only: a search by reference that is complete (a list) but no deduplication, so only
+# a late enough not-found proves absence (`ledger.absence`), on short clocks: a call takes at
+# most 2 s (the lease), the search has no lag, not-found proves absence 3 s after the lease.
+# statement: nothing but the provider's statements (`ledger.statements`), which say what
+# happened once every dispatch window (claim - skew … lease end + settle_after + skew) lies
+# inside a final one.
+CHARGE_TOOLS = {
+    "keys": (
+        'preset = "idempotent"\nhas_lookup = true\nkey_ttl = "24h"\nsettle_after = "3s"\n'
+        'reconciler = "sandbox_payments"\n'
+    ),
+    "lookup-only": (
+        'preset = "lookup"\ncall_timeout = "2s"\nsearch_lag = "0s"\nsettle_after = "3s"\n'
+        'lookup_proves_absence = true\nlookup_horizon = "1h"\nreconciler = "sandbox_payments"\n'
+    ),
+    "statement": (
+        'preset = "unsafe"\nsettle_after = "3s"\nstatements = true\namount_path = "amount"\n'
+        'currency_path = "currency"\namount_unit = "major"\n'
+        'statement_reference = "idempotency_key"\nstatement_skew = "1s"\nreconciler = "manual"\n'
+    ),
+}
+# The clocks above that a run waits out before a statement may be final for its windows.
+SETTLE_AFTER_SECONDS, STATEMENT_SKEW_SECONDS = 3.0, 1.0
+
+
+def charge_tool_file(workdir: Path, provider_url: str, provider: str = "keys") -> Path:
+    """A tools file declaring `charge_card` against the run's sandbox payments provider, as
+    `CHARGE_TOOLS[provider]` says."""
     tools = workdir / "tools.toml"
     tools.write_text(
         "[tools.charge_card]\n"
-        'preset = "idempotent"\nhas_lookup = true\nkey_ttl = "24h"\nsettle_after = "3s"\n'
-        'reconciler = "sandbox_payments"\n'
-        f'reconciler_config = {{ base_url = "{provider_url}", timeout = 3 }}\n'
+        + CHARGE_TOOLS[provider]
+        + f'reconciler_config = {{ base_url = "{provider_url}", timeout = 3 }}\n'
     )
     return tools

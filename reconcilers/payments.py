@@ -4,6 +4,7 @@ found by idempotency key, checked against what we asked for before they count.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, ClassVar
 
 import httpx
@@ -19,6 +20,7 @@ from reconcilers.adapters import (
     inconclusive,
     not_found,
 )
+from reconcilers.statement_fetch import fetch_sandbox_statement
 
 DEFAULT_TIMEOUT = 5.0
 _PROVIDER_STATUS = {"succeeded": "confirmed", "pending": "pending", "failed": "failed"}
@@ -117,6 +119,12 @@ class SandboxPayments:
         if outcome is None or not ref:
             return Sent("unknown", response=body)
         return Sent(outcome, provider_ref=ref, response=body)
+
+    def fetch_statement(self, period_start: datetime, period_end: datetime) -> tuple[str, bytes]:
+        """The provider's statement of [period_start, period_end): a file name whose extension
+        says its format, and its content (`reconcilers.statement_fetch`)."""
+        timeout = float(self.config.get("timeout", DEFAULT_TIMEOUT))
+        return fetch_sandbox_statement(self.base_url, period_start, period_end, timeout=timeout)
 
     def _judge(self, effect: Effect, record: dict[str, Any]) -> Lookup:
         ref, status = record.get("id"), _PROVIDER_STATUS.get(str(record.get("status")))

@@ -66,6 +66,11 @@ SCHEDULES = {
         "func": "reconcilers.schedules.sweep",
         "minutes": settings.LEDGER_SWEEP_MINUTES,
     },
+    # One more lookup for effects retried on a proof of absence (reconcilers.tailcheck).
+    "tail-checks": {
+        "func": "reconcilers.tailcheck.run_due",
+        "minutes": settings.LEDGER_SWEEP_MINUTES,
+    },
     "escalation": {
         "func": "reviews.escalation.escalate",
         "minutes": settings.LEDGER_SWEEP_MINUTES,
@@ -87,6 +92,17 @@ SCHEDULES = {
         "func": "ledger.seal.export_head",
         "minutes": 60,
     },
+    # Payloads of effects resolved longer ago than their tool's retention (ledger.retention).
+    "retention": {
+        "func": "ledger.retention.redact_expired",
+        "minutes": 60,
+    },
+    # Yesterday's statement for each tool that fetches them; a day already imported is
+    # skipped, so running hourly is a daily import that retries a provider that was down.
+    "fetch-statements": {
+        "func": "reconcilers.statement_fetch.fetch_due_statements",
+        "minutes": 60,
+    },
 }
 
 
@@ -95,7 +111,7 @@ def ensure_schedules() -> None:
     remove schedules this module no longer declares."""
     from django_q.models import Schedule
 
-    for ours in ("reconcilers.", "reviews.", "ledger.seal."):
+    for ours in ("reconcilers.", "reviews.", "ledger.seal.", "ledger.retention."):
         Schedule.objects.filter(func__startswith=ours).exclude(name__in=SCHEDULES).delete()
     for name, spec in SCHEDULES.items():
         Schedule.objects.update_or_create(

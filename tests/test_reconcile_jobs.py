@@ -332,7 +332,9 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     ensure_schedules()
     ensure_schedules()
 
-    ours = Schedule.objects.filter(func__regex=r"^(reconcilers|reviews|ledger\.seal)\.")
+    ours = Schedule.objects.filter(
+        func__regex=r"^(reconcilers|reviews|ledger\.seal|ledger\.retention)\."
+    )
     assert {s.name: (s.func, s.schedule_type, s.minutes, s.repeats) for s in ours} == {
         name: (spec["func"], Schedule.MINUTES, spec["minutes"], -1)
         for name, spec in SCHEDULES.items()
@@ -340,6 +342,8 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     assert set(SCHEDULES) == {
         "reconciliation-sweep",
         "tail-checks",
+        "retention",
+        "fetch-statements",
         "escalation",
         "review-alerts",
         "alert-sender",

@@ -8,7 +8,10 @@ A **duplicate** is a workflow whose account was charged more than once. An **une
 outcome is anything else that does not add up: a confirmed effect without its charge, a
 charge whose effect is not confirmed and not waiting for a person, a provider reference that
 is not the charge, a wrong amount. An effect left for review is explained (a person will
-decide), and is listed with its reason.
+decide), and is listed with its reason; where the provider's record lets the machine settle
+everything (a complete lookup, statements), the run is `machine_only` and any review item left
+for people fails it. The verdict also counts the effects a machine settled, by lookup or by
+statement, and the review items it closed.
 """
 
 from __future__ import annotations
@@ -32,10 +35,22 @@ class Verdict:
     recovery_latency: dict[str, float] = field(default_factory=dict)
     # Requests each web instance answered and jobs each rq worker finished ("web0": 412).
     served: dict[str, int] = field(default_factory=dict)
+    # Every open review item of the run, whatever its effect; in a machine_only run, must be 0.
+    open_review_items: int = 0
+    machine_only: bool = False
+    # Effects a machine moved out of doubt ("lookup": 40, "statement": 12), and review items
+    # it closed on the way.
+    settled_by_machine: dict[str, int] = field(default_factory=dict)
+    reviews_closed_by_machine: int = 0
+    # The statements imported (period, lines), in order.
+    statements: list[dict[str, Any]] = field(default_factory=list)
+    # Tail checks of effects sent again on a proof of absence, by what they found ("clean": 9).
+    tail_checks: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return not self.duplicates and not self.unexplained
+        left_for_people = self.machine_only and self.open_review_items > 0
+        return not self.duplicates and not self.unexplained and not left_for_people
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -54,6 +69,22 @@ class Verdict:
             ("unexplained outcomes (must be 0)", len(self.unexplained)),
             ("left for review", sum(self.left_for_review.values())),
             *((f"  {reason}", n) for reason, n in sorted(self.left_for_review.items())),
+            (
+                "open review items" + (" (must be 0)" if self.machine_only else ""),
+                self.open_review_items,
+            ),
+            ("settled by machine", sum(self.settled_by_machine.values())),
+            *((f"  by {how}", n) for how, n in sorted(self.settled_by_machine.items())),
+            ("review items closed by machine", self.reviews_closed_by_machine),
+            ("tail checks", sum(self.tail_checks.values())),
+            *((f"  {found}", n) for found, n in sorted(self.tail_checks.items())),
+            *(
+                (
+                    f"statement {n}",
+                    f"{s['lines']} lines, {_clock(s['period_start'])} … {_clock(s['period_end'])}",
+                )
+                for n, s in enumerate(self.statements, 1)
+            ),
             *(
                 (f"recovery latency {name}", f"{value:.2f} s")
                 for name, value in self.recovery_latency.items()
@@ -62,6 +93,11 @@ class Verdict:
         ]
         width = max(len(str(label)) for label, _ in rows)
         return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def _clock(iso: str) -> str:
+    """A period boundary in the table: its time of day to the millisecond, UTC."""
+    return f"{iso[11:23]} UTC"
 
 
 def latency_summary(latencies: list[float]) -> dict[str, float]:
@@ -79,15 +115,20 @@ def compare(
     reviews: dict[str, str],
     crashes_by_point: dict[str, int],
     latencies: list[float],
+    *,
+    machine_only: bool = False,
 ) -> Verdict:
     """`workflows`: run_id, account, amount. `charges`: the provider's charges (id, account,
     amount). `effects`: the ledger's (id, run_id, status, provider_ref). `reviews`: effect id →
-    reason of its open review item."""
+    reason of its open review item, for every open item of the run. `machine_only`: no item
+    may be left for people."""
     verdict = Verdict(
         workflows=len(workflows),
         provider_transactions=len(charges),
         crashes_by_point=dict(crashes_by_point),
         recovery_latency=latency_summary(latencies),
+        open_review_items=len(reviews),
+        machine_only=machine_only,
     )
     # Accounts are one per workflow, so a charge belongs to a workflow even when the provider
     # ignored (and so did not keep) the idempotency key.

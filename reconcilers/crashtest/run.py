@@ -9,6 +9,22 @@ Crash points: the four in the workers (`reconcilers.crashtest.worker`), plus the
 process and the rq worker, killed at random moments and restarted. A killed worker restarts at
 once in recovery mode (POST /recovery, then its workflows again). Leases are short (2 s) and the
 charge tool's `settle_after` is 3 s, so a run with a hundred crashes takes a minute or two.
+
+The provider (`--provider`) is one of three, each with the charge tool declared as it allows
+(`reconcilers.harness.CHARGE_TOOLS`):
+
+| provider      | sandbox            | what settles what a crash left uncertain                  |
+| ------------- | ------------------ | --------------------------------------------------------- |
+| `keys`        | honours keys       | a lookup by key; a retry under the same key cannot double |
+| `lookup-only` | `--reference-only` | a lookup by reference; a late not-found proves absence    |
+| `statement`   | `--ignore-keys`    | the provider's statements, imported as final (below)      |
+
+With `statement`, the workers first leave every uncertain effect in review. The run then waits
+until every dispatch window has settled, fetches the provider's statement for the whole run so
+far and imports it as final (each effect confirmed, or proven absent and planned again), lets
+the workers recover once more (they retry what is planned), waits again and imports a second
+statement covering the retries, where a late duplicate would show. The last two kinds of run
+must leave no review item for people.
 """
 
 from __future__ import annotations
@@ -24,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit, urlunsplit
@@ -31,13 +48,29 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psycopg
 
-from config.stack import database_name, free_port, fresh_database, gunicorn_argv, manage_argv
-from ledger.models import Effect, ReviewItem
+from config.stack import (
+    database_name,
+    free_port,
+    fresh_database,
+    gunicorn_argv,
+    manage,
+    manage_argv,
+)
+from ledger.models import Effect, EffectEvent, ReviewItem
+from ledger.statements.apply import ACTOR as STATEMENTS
 from ledger.states import Kind, Status, sql_list
 from reconcilers.crashtest.report import Verdict, compare
-from reconcilers.crashtest.worker import WORKER_POINTS
-from reconcilers.harness import Processes, charge_tool_file, wait_healthy
+from reconcilers.crashtest.worker import LEASE_SECONDS, WORKER_POINTS
+from reconcilers.harness import (
+    SETTLE_AFTER_SECONDS,
+    STATEMENT_SKEW_SECONDS,
+    Processes,
+    charge_tool_file,
+    wait_healthy,
+)
+from reconcilers.reconcile import ACTOR as RECONCILER
 from reconcilers.sandbox.launch import SandboxProcess
+from reconcilers.statement_fetch import fetch_sandbox_statement
 
 ROOT = Path(__file__).resolve().parents[2]
 # Kinds of process; instances are named kind + number ("web0", "rqworker1").
@@ -45,7 +78,20 @@ WEB, RQ_WORKER, SWEEPER, QCLUSTER = "web", "rqworker", "sweeper", "qcluster"
 
 # The crash test reads the ledger's database directly, as an outside observer would.
 EFFECTS = Effect._meta.db_table
+EVENTS = EffectEvent._meta.db_table
 REVIEW_ITEMS = ReviewItem._meta.db_table
+
+KEYS, LOOKUP_ONLY, STATEMENT = "keys", "lookup-only", "statement"
+PROVIDERS = (KEYS, LOOKUP_ONLY, STATEMENT)
+# The sandbox's flags for each provider, and how long a worker's call to it may take: in the
+# last two, the tool's call_timeout (`reconcilers.harness.CHARGE_TOOLS`).
+PROVIDER_ARGS = {KEYS: (), LOOKUP_ONLY: ("--reference-only",), STATEMENT: ("--ignore-keys",)}
+PROVIDER_TIMEOUT = {KEYS: 5.0, LOOKUP_ONLY: 2.0, STATEMENT: 2.0}
+# How long after the last claim a statement is final for every dispatch window (claim − skew
+# … lease end + settle_after + skew), with a margin for the clocks' reading.
+WINDOWS_SETTLE = timedelta(
+    seconds=LEASE_SECONDS + SETTLE_AFTER_SECONDS + STATEMENT_SKEW_SECONDS + 0.5
+)
 
 
 @dataclass
@@ -59,7 +105,8 @@ class Options:
     web: int = 1
     rq_workers: int = 1
     qcluster: bool = False
-    ignore_keys: bool = False
+    provider: str = KEYS
+    ignore_keys: bool = False  # with `keys`: a provider that ignores them after all
     inject_duplicate: bool = False
     timeout: float = 540.0
     seed: int = 7
@@ -92,7 +139,7 @@ class Stack(Processes):
             "payments",
             workdir / "payments.sqlite3",
             workdir / "payments.log",
-            ("--ignore-keys",) if opts.ignore_keys else (),
+            ("--ignore-keys",) if opts.ignore_keys else PROVIDER_ARGS[opts.provider],
             env,
         )
 
@@ -177,10 +224,10 @@ class Stack(Processes):
         self.provider.kill()
 
 
-def _prepare_database(env: dict[str, str], provider_url: str, workdir: Path) -> str:
+def _prepare_database(env: dict[str, str], provider_url: str, workdir: Path, provider: str) -> str:
     """A fresh database with the charge tool pointed at this run's provider. Points `env` at
     it and returns the agent's key."""
-    tools = charge_tool_file(workdir, provider_url)
+    tools = charge_tool_file(workdir, provider_url, provider)
     name = f"{database_name(env['DATABASE_URL'])}_crashtest"
     fresh, (key,) = fresh_database(env, name, tools=tools, agents=["crashtest"])
     env.update(fresh)
@@ -255,7 +302,7 @@ def run(opts: Options) -> Verdict:
 
 def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verdict:
     stack.provider.start()
-    key = _prepare_database(stack.env, stack.provider_url, workdir)
+    key = _prepare_database(stack.env, stack.provider_url, workdir, opts.provider)
     stack.start_all()
     workflows = _plan(opts, rng)
     names = [f"w{n}" for n in range(opts.workers)]
@@ -266,56 +313,170 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
             {
                 "ledgers": stack.ledger_urls,
                 "provider": stack.provider_url,
+                "provider_timeout": PROVIDER_TIMEOUT[opts.provider],
                 "key": key,
                 "crash_dir": str(crash_dir),
                 "workers": {name: workflows[i :: opts.workers] for i, name in enumerate(names)},
             }
         )
     )
-    worker_argv = [sys.executable, "-m", "reconcilers.crashtest.worker", str(plan_file)]
-    for name in names:
-        stack.spawn(name, [*worker_argv, name])
-    infra: Counter[str] = Counter()
-    started = time.monotonic()
-    next_infra = started + rng.uniform(1, 4)
+    workers = Workers(stack, opts, rng, names, plan_file, crash_dir, len(workflows))
+    statements: list[dict[str, Any]] = []
     with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
-        while True:
-            for name in names:
-                code = stack.procs[name].poll()
-                if code == -signal.SIGKILL:
-                    stack.spawn(name, [*worker_argv, name])  # recovery mode: it asks first
-                elif code not in (None, 0):
-                    raise RuntimeError(f"worker {name} failed with {code}; see {name}.log")
-            running = [n for n in names if stack.procs[n].poll() is None]
-            if sum(infra.values()) < opts.infra_kills and time.monotonic() >= next_infra:
-                # The kinds in turn, an instance of the kind at random; counted by kind.
-                kind = (WEB, RQ_WORKER)[sum(infra.values()) % 2]
-                target = rng.choice(list(stack.ports) if kind == WEB else stack.rq_workers)
-                stack.kill(target)
-                infra[kind] += 1
-                stack.restart(target)
-                next_infra = time.monotonic() + rng.uniform(1, 4)
-            worker_crashes = len(list(crash_dir.glob("*"))) if crash_dir.exists() else 0
-            _progress(
-                opts.progress,
-                _settled(conn),
-                len(workflows),
-                worker_crashes + sum(infra.values()),
-                started,
-            )
-            if not running and all(stack.procs[n].poll() == 0 for n in names):
-                break
-            if time.monotonic() - started > opts.timeout:
-                raise RuntimeError(f"the run did not settle within {opts.timeout:.0f} s")
-            time.sleep(0.25)
-        opts.progress.write("\n")
+        began = _database_now(conn)
+        workers.drive(conn)
+        if opts.provider == STATEMENT:
+            # Whatever the workers could not settle waits in review: the provider's record
+            # says what happened, then the workers retry what it proved never arrived.
+            first_end = _import_statement(stack, conn, began - timedelta(minutes=1), statements)
+            workers.drive(conn)
+            _import_statement(stack, conn, first_end, statements)
+        if opts.provider == LOOKUP_ONLY:
+            tail_checks = _await_tail_checks(conn)
         if opts.qcluster:
             stack.qcluster_round()
         if opts.inject_duplicate:
             _charge_behind_the_ledgers_back(stack.provider_url, workflows[0])
-        verdict = _verdict(conn, stack.provider_url, workflows, crash_dir, infra)
+        verdict = _verdict(
+            conn, stack.provider_url, workflows, crash_dir, workers.infra, opts.provider
+        )
     verdict.served = stack.served()
+    verdict.statements = statements
+    if opts.provider == LOOKUP_ONLY:
+        verdict.tail_checks = tail_checks
     return verdict
+
+
+def _await_tail_checks(conn: psycopg.Connection[Any], timeout: float = 120.0) -> dict[str, int]:
+    """Effects sent again on a proof of absence get one more lookup once they have resolved
+    and settled (the sweeper runs them): wait for every one, then count what they found."""
+    deadline = time.monotonic() + timeout
+    while True:
+        row = conn.execute(
+            f"SELECT count(*) FROM {EFFECTS} WHERE tail_check_at IS NOT NULL"
+        ).fetchone()
+        if not row or row[0] == 0:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{row[0]} tail checks still pending after {timeout:.0f} s")
+        time.sleep(0.5)
+    found = conn.execute(
+        f"SELECT CASE WHEN reason = 'duplicate' OR data->>'outcome' = 'duplicate' "
+        f"THEN 'duplicate' ELSE 'clean' END, count(*) FROM {EVENTS} "
+        "WHERE kind = 'reconciliation' AND (data->>'tail_check')::boolean GROUP BY 1"
+    ).fetchall()
+    return {what: int(n) for what, n in found}
+
+
+class Workers:
+    """The workflow workers of a run, driven until every one has finished its workflows: a
+    killed worker restarts at once in recovery mode, and the web process and the rq worker are
+    killed at random moments meanwhile."""
+
+    def __init__(
+        self,
+        stack: Stack,
+        opts: Options,
+        rng: random.Random,
+        names: list[str],
+        plan_file: Path,
+        crash_dir: Path,
+        workflows: int,
+    ) -> None:
+        self.stack, self.opts, self.rng, self.names = stack, opts, rng, names
+        self.argv = [sys.executable, "-m", "reconcilers.crashtest.worker", str(plan_file)]
+        self.crash_dir = crash_dir
+        self.workflows = workflows
+        self.infra: Counter[str] = Counter()
+        self.started = time.monotonic()
+
+    def drive(self, conn: psycopg.Connection[Any]) -> None:
+        """Start every worker (each asks POST /recovery first) and wait until all are done."""
+        stack, opts = self.stack, self.opts
+        for name in self.names:
+            stack.spawn(name, [*self.argv, name])
+        next_infra = time.monotonic() + self.rng.uniform(1, 4)
+        while True:
+            for name in self.names:
+                code = stack.procs[name].poll()
+                if code == -signal.SIGKILL:
+                    stack.spawn(name, [*self.argv, name])  # recovery mode: it asks first
+                elif code not in (None, 0):
+                    raise RuntimeError(f"worker {name} failed with {code}; see {name}.log")
+            running = [n for n in self.names if stack.procs[n].poll() is None]
+            if sum(self.infra.values()) < opts.infra_kills and time.monotonic() >= next_infra:
+                # The kinds in turn, an instance of the kind at random; counted by kind.
+                kind = (WEB, RQ_WORKER)[sum(self.infra.values()) % 2]
+                target = self.rng.choice(list(stack.ports) if kind == WEB else stack.rq_workers)
+                stack.kill(target)
+                self.infra[kind] += 1
+                stack.restart(target)
+                next_infra = time.monotonic() + self.rng.uniform(1, 4)
+            crashed = len(list(self.crash_dir.glob("*"))) if self.crash_dir.exists() else 0
+            _progress(
+                opts.progress,
+                _settled(conn),
+                self.workflows,
+                crashed + sum(self.infra.values()),
+                self.started,
+            )
+            if not running and all(stack.procs[n].poll() == 0 for n in self.names):
+                break
+            if time.monotonic() - self.started > opts.timeout:
+                raise RuntimeError(f"the run did not settle within {opts.timeout:.0f} s")
+            time.sleep(0.25)
+        opts.progress.write("\n")
+
+
+def _database_now(conn: psycopg.Connection[Any]) -> datetime:
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _import_statement(
+    stack: Stack,
+    conn: psycopg.Connection[Any],
+    period_start: datetime,
+    imported: list[dict[str, Any]],
+) -> datetime:
+    """Once every dispatch window so far has settled: the provider's statement of
+    [period_start, now), fetched as the adapter fetches it and imported as final, as an
+    operator would (`manage.py importstatement`); noted in `imported`. The period ends now,
+    never in the future; returns its end."""
+    row = conn.execute(
+        f"SELECT max(created_at) + %s FROM {EVENTS} "
+        f"WHERE kind = 'transition' AND to_status = '{Status.DISPATCHING.value}'",
+        [WINDOWS_SETTLE],
+    ).fetchone()
+    settled = row[0] if row else None
+    while settled is not None and _database_now(conn) <= settled:
+        time.sleep(0.2)
+    period_end = _database_now(conn)
+    filename, content = fetch_sandbox_statement(
+        stack.provider_url, period_start, period_end, timeout=10.0
+    )
+    path = stack.workdir / filename
+    path.write_bytes(content)
+    output = manage(
+        stack.env,
+        "importstatement",
+        "charge_card",
+        str(path),
+        "--period-start",
+        period_start.isoformat(),
+        "--period-end",
+        period_end.isoformat(),
+    )
+    (stack.workdir / f"{filename}.import.log").write_text(output)
+    imported.append(
+        {
+            "period_start": period_start.astimezone(UTC).isoformat(),
+            "period_end": period_end.astimezone(UTC).isoformat(),
+            "lines": max(0, len(content.splitlines()) - 1),  # less the header
+        }
+    )
+    return period_end
 
 
 def _charge_behind_the_ledgers_back(provider_url: str, workflow: dict[str, Any]) -> None:
@@ -333,6 +494,7 @@ def _verdict(
     workflows: list[dict[str, Any]],
     crash_dir: Path,
     infra: Counter[str],
+    provider: str,
 ) -> Verdict:
     txns = httpx.get(f"{provider_url}/_sandbox/transactions", trust_env=False).json()
     records = txns.get("data", txns) if isinstance(txns, dict) else txns
@@ -359,4 +521,33 @@ def _verdict(
         done = resolved.get(run_id)
         if done is not None:
             latencies.append(max(0.0, float(done) - float(marker.read_text())))
-    return compare(workflows, charges, effects, reviews, dict(by_point), latencies)
+    verdict = compare(
+        workflows,
+        charges,
+        effects,
+        reviews,
+        dict(by_point),
+        latencies,
+        machine_only=provider in (LOOKUP_ONLY, STATEMENT),
+    )
+    verdict.settled_by_machine, verdict.reviews_closed_by_machine = _machine_work(conn)
+    return verdict
+
+
+# Out of doubt: what a lookup or a statement may settle, and where that leaves an effect.
+_IN_DOUBT = sql_list((Status.DISPATCHING, Status.UNKNOWN, Status.AWAITING_CONFIRMATION))
+_OUT_OF_DOUBT = sql_list((Status.PLANNED, Status.CONFIRMED, Status.FAILED))
+
+
+def _machine_work(conn: psycopg.Connection[Any]) -> tuple[dict[str, int], int]:
+    """Effects a machine moved out of doubt, by how (a lookup: the reconciler; a statement:
+    its importer), and the review items machines closed."""
+    rows = conn.execute(
+        f"SELECT CASE WHEN actor = %s THEN 'lookup' ELSE 'statement' END, "
+        f"count(DISTINCT effect_id) FROM {EVENTS} "
+        f"WHERE kind = 'transition' AND actor IN (%s, %s) "
+        f"AND from_status IN ({_IN_DOUBT}) AND to_status IN ({_OUT_OF_DOUBT}) GROUP BY 1",
+        [RECONCILER, RECONCILER, STATEMENTS],
+    ).fetchall()
+    row = conn.execute(f"SELECT count(*) FROM {EVENTS} WHERE kind = 'review_closed'").fetchone()
+    return {how: int(n) for how, n in rows}, int(row[0]) if row else 0

@@ -63,7 +63,11 @@ class Worker:
             )
             for url in ledgers[first:] + ledgers[:first]
         ]
-        self.provider = httpx.Client(base_url=plan["provider"], timeout=5.0, trust_env=False)
+        # No call outlasts the tool's call_timeout: a complete lookup's proof of absence counts
+        # on it (`ledger.absence`).
+        self.provider = httpx.Client(
+            base_url=plan["provider"], timeout=plan["provider_timeout"], trust_env=False
+        )
         # Retried calls stop when the process that started us is gone.
         self.conductor = os.getppid()
 

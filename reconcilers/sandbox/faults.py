@@ -29,6 +29,8 @@ class Faults:
     drop: bool = False  # commit, then close the connection without a response
     fail5xx: int = 0  # respond with this 5xx status before doing anything
     ignore_keys: bool = False  # payments: behave like a provider without idempotency keys
+    # payments: keep the key as a searchable reference, but never deduplicate by it
+    reference_only: bool = False
     garbage: bool = False  # answer 200 with a body that is not JSON
     wrong_types: bool = False  # answer 200 with JSON whose fields have the wrong types
     drop_rate: float = 0.0  # fraction of POSTs that get `drop`
@@ -38,7 +40,7 @@ class Faults:
         return asdict(self)
 
 
-_FLAGS = {"drop", "ignore_keys", "garbage", "wrong_types"}
+_FLAGS = {"drop", "ignore_keys", "reference_only", "garbage", "wrong_types"}
 
 
 def _number(name: str, value: Any, *, low: float = 0.0, high: float | None = None) -> float:
@@ -113,6 +115,7 @@ def combine(base: Faults, extra: Faults) -> Faults:
         drop=base.drop or extra.drop,
         fail5xx=extra.fail5xx or base.fail5xx,
         ignore_keys=base.ignore_keys or extra.ignore_keys,
+        reference_only=base.reference_only or extra.reference_only,
         garbage=base.garbage or extra.garbage,
         wrong_types=base.wrong_types or extra.wrong_types,
         drop_rate=extra.drop_rate or base.drop_rate,

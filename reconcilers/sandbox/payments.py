@@ -2,10 +2,16 @@
 
 It honours `Idempotency-Key` (same key and body → the same charge again, 200 with
 `Idempotent-Replayed: true`; same key, other body → 409), can be asked for a charge by id or
-by key, refunds charges without ever refunding more than was charged, and can confirm charges
-asynchronously: 202 `pending` now, `succeeded` plus a signed webhook later.
+by key, refunds charges without ever refunding more than was charged, can confirm charges
+asynchronously (202 `pending` now, `succeeded` plus a signed webhook later), and serves
+statements of what it did (`reconcilers.sandbox.statements`).
 
     python -m reconcilers.sandbox.payments --port 8101 [--async-mode --webhook-url URL]
+
+Two faults make it a provider with less to offer: `--ignore-keys` (no keys at all: neither
+deduplication nor a search by key) and `--reference-only` (the key is kept as a reference and
+`GET /charges?idempotency_key=K` lists every charge under it, but a second POST with the
+same key makes a second charge).
 
 Amounts are exact: JSON is parsed into Decimals and stored as integer minor units (cents);
 every currency is treated as having two decimal places.
@@ -21,10 +27,10 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from reconcilers.sandbox.faults import Faults
+from reconcilers.sandbox.money import format_amount, invalid, parse_amount
 from reconcilers.sandbox.service import (
     HttpError,
     Options,
@@ -34,6 +40,7 @@ from reconcilers.sandbox.service import (
     main,
     new_id,
 )
+from reconcilers.sandbox.statements import statement
 from reconcilers.sandbox.store import Store
 from reconcilers.sandbox.webhooks import SCHEMA as WEBHOOK_SCHEMA
 from reconcilers.sandbox.webhooks import WebhookSender, deliveries
@@ -52,9 +59,11 @@ CREATE TABLE IF NOT EXISTS transactions (
     description TEXT,
     metadata TEXT NOT NULL DEFAULT '{}',
     idempotency_key TEXT,        -- NULL when none was sent, or under the ignore_keys fault
-    received_key TEXT,           -- the header as received, shown to tests only
+    received_key TEXT,           -- the header as received, whatever the faults
+    reference TEXT,              -- received_key, else metadata "reference": statements, searches
     fingerprint TEXT NOT NULL,   -- what "the same body" means when a key comes again
-    created INTEGER NOT NULL,
+    created INTEGER NOT NULL,    -- seconds, as the API shows it
+    created_us INTEGER,          -- microseconds since the epoch: statement periods are exact
     confirm_at REAL              -- pending charges: when the async confirmer succeeds them
 );
 -- Replays and lookups by key: one charge (or refund) per key.
@@ -69,6 +78,21 @@ CREATE INDEX IF NOT EXISTS transactions_refunds
 """
     + WEBHOOK_SCHEMA
 )
+# Columns added after the first stores were made (`make run` keeps its store across versions),
+# each with what fills it in on the rows that were there: the reference as it would have been
+# recorded, the creation second as the exact time.
+_UPGRADE = {
+    "reference TEXT": "UPDATE transactions"
+    " SET reference = COALESCE(received_key, json_extract(metadata, '$.reference'))",
+    "created_us INTEGER": "UPDATE transactions SET created_us = created * 1000000",
+}
+_INDEXES = (
+    # Searches by reference under the reference_only fault: every charge under one reference.
+    "CREATE INDEX IF NOT EXISTS transactions_reference"
+    " ON transactions (object, reference) WHERE reference IS NOT NULL",
+    # Statements: what was created in a period.
+    "CREATE INDEX IF NOT EXISTS transactions_created ON transactions (created_us)",
+)
 
 _SELECT = """
 SELECT t.*, (
@@ -78,45 +102,15 @@ SELECT t.*, (
 FROM transactions t
 """
 
-MAX_AMOUNT = Decimal("99999999.99")  # what a card network would accept in one charge
-CENTS = Decimal("0.01")
-_AMOUNT = re.compile(r"\d+(\.\d+)?")
 _CURRENCY = re.compile(r"[A-Za-z]{3}")
-
-
-def _invalid(message: str) -> HttpError:
-    return HttpError(400, "invalid_request", message)
-
-
-def parse_amount(value: Any) -> int:
-    """ "10.00", 10, 10.0 (as a Decimal) → 1000 minor units; anything else is a 400."""
-    if isinstance(value, str) and _AMOUNT.fullmatch(value):
-        value = Decimal(value)
-    # bool is an int in Python, but `true` is not an amount.
-    if isinstance(value, bool) or not isinstance(value, int | Decimal):
-        raise _invalid('`amount` must be a decimal number or a string like "10.00".')
-    amount = Decimal(value)
-    if not amount.is_finite() or amount <= 0 or amount > MAX_AMOUNT:
-        raise _invalid(f"`amount` must be more than 0 and at most {MAX_AMOUNT}.")
-    try:
-        cents = amount.quantize(CENTS)
-    except InvalidOperation:
-        raise _invalid("`amount` is out of range.") from None
-    # Compared exactly: a third decimal place is refused, never rounded away.
-    if cents != amount:
-        raise _invalid("`amount` has more than two decimal places.")
-    return int(cents * 100)
-
-
-def format_amount(minor: int) -> str:
-    return f"{minor // 100}.{minor % 100:02d}"
+NO_FAULTS = Faults()
 
 
 def _only(body: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
         # As real payment APIs do: a misspelt parameter is an error, not silently dropped.
-        raise _invalid(f"Received unknown parameter: {unknown[0]}.")
+        raise invalid(f"Received unknown parameter: {unknown[0]}.")
 
 
 def _text(body: dict[str, Any], name: str, *, required: bool, limit: int = 500) -> str | None:
@@ -124,7 +118,7 @@ def _text(body: dict[str, Any], name: str, *, required: bool, limit: int = 500) 
     if value is None and not required:
         return None
     if not isinstance(value, str) or not value or len(value) > limit:
-        raise _invalid(f"`{name}` must be a non-empty string of at most {limit} characters.")
+        raise invalid(f"`{name}` must be a non-empty string of at most {limit} characters.")
     return value
 
 
@@ -135,7 +129,7 @@ def _metadata(body: dict[str, Any]) -> dict[str, str]:
         or len(value) > 50
         or not all(isinstance(v, str) and len(v) <= 500 for v in value.values())
     ):
-        raise _invalid("`metadata` must be an object of at most 50 string values.")
+        raise invalid("`metadata` must be an object of at most 50 string values.")
     return value
 
 
@@ -151,10 +145,10 @@ class ChargeParams:
     def parse(cls, body: dict[str, Any]) -> ChargeParams:
         _only(body, {"amount", "currency", "account", "description", "metadata"})
         if "amount" not in body:
-            raise _invalid("Missing required parameter: amount.")
+            raise invalid("Missing required parameter: amount.")
         currency = body.get("currency")
         if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
-            raise _invalid('`currency` must be a three-letter ISO code such as "EUR".')
+            raise invalid('`currency` must be a three-letter ISO code such as "EUR".')
         return cls(
             amount=parse_amount(body["amount"]),
             currency=currency.upper(),
@@ -186,8 +180,8 @@ def fingerprint(params: ChargeParams | RefundParams) -> str:
     return hashlib.sha256(json.dumps(asdict(params), sort_keys=True).encode()).hexdigest()
 
 
-def public(row: sqlite3.Row, *, with_key: bool = True) -> dict[str, Any]:
-    """A charge or refund as the API shows it."""
+def public(row: sqlite3.Row, faults: Faults = NO_FAULTS) -> dict[str, Any]:
+    """A charge or refund as the API shows it (under `faults`: which key it knows of)."""
     data: dict[str, Any] = {"id": row["id"], "object": row["object"]}
     if row["object"] == "charge":
         data |= {
@@ -207,8 +201,11 @@ def public(row: sqlite3.Row, *, with_key: bool = True) -> dict[str, Any]:
             "status": row["status"],
         }
     data["metadata"] = json.loads(row["metadata"])
-    # A provider without idempotency keys has no such field at all (the ignore_keys fault).
-    if with_key:
+    # A provider without idempotency keys has no such field at all (the ignore_keys fault);
+    # one that keeps keys only as references shows the reference.
+    if faults.reference_only and not faults.ignore_keys:
+        data["idempotency_key"] = row["reference"]
+    elif not faults.ignore_keys:
         data["idempotency_key"] = row["idempotency_key"]
     data["created"] = row["created"]
     return data
@@ -294,12 +291,23 @@ class PaymentsProvider(Provider):
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)
+        self._upgrade()
         webhooks = None
         if options.webhook_url and options.webhook_secret:
             webhooks = WebhookSender(
                 self.store, options.webhook_url, options.webhook_secret, "sandbox-payments"
             )
         self.confirmer = Confirmer(self.store, webhooks)
+
+    def _upgrade(self) -> None:
+        with self.store.transaction() as db:
+            have = {row["name"] for row in db.execute("PRAGMA table_info(transactions)")}
+            for column, fill in _UPGRADE.items():
+                if column.split()[0] not in have:
+                    db.execute(f"ALTER TABLE transactions ADD COLUMN {column}")
+                    db.execute(fill)
+            for index in _INDEXES:
+                db.execute(index)
 
     def start(self) -> None:
         self.confirmer.start()
@@ -323,6 +331,8 @@ class PaymentsProvider(Provider):
                 return self.retrieve(refund_id, faults, "refund")
             case "GET", ["balance"]:
                 return self.balance()
+            case "GET", ["statements"]:
+                return statement(self.store, request.query)
         raise HttpError(404, "not_found", f"No such endpoint: {request.method} {request.path}.")
 
     # --- Creating charges and refunds --------------------------------------------------------
@@ -339,8 +349,9 @@ class PaymentsProvider(Provider):
             charge_id = new_id("ch")
             db.execute(
                 "INSERT INTO transactions (id, object, status, amount, currency, account,"
-                " description, metadata, idempotency_key, received_key, fingerprint, created,"
-                " confirm_at) VALUES (?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " description, metadata, idempotency_key, received_key, reference, fingerprint,"
+                " created, created_us, confirm_at)"
+                " VALUES (?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     charge_id,
                     "pending" if pending else "succeeded",
@@ -350,9 +361,9 @@ class PaymentsProvider(Provider):
                     params.description,
                     json.dumps(params.metadata),
                     key,
-                    request.header("Idempotency-Key"),
+                    *_received(request, params.metadata),
                     fingerprint(params),
-                    int(time.time()),
+                    *_now(),
                     time.time() + self.options.async_delay if pending else None,
                 ),
             )
@@ -360,7 +371,7 @@ class PaymentsProvider(Provider):
         if pending:
             self.confirmer.wake()
         status = 202 if pending else 201
-        return Reply(status, public(row, with_key=not faults.ignore_keys), _echo(key))
+        return Reply(status, public(row, faults), _echo(key))
 
     def create_refund(self, request: Request, faults: Faults) -> Reply:
         params = RefundParams.parse(request.json())
@@ -392,8 +403,8 @@ class PaymentsProvider(Provider):
             refund_id = new_id("re")
             db.execute(
                 "INSERT INTO transactions (id, object, status, amount, currency, charge,"
-                " metadata, idempotency_key, received_key, fingerprint, created)"
-                " VALUES (?, 'refund', 'succeeded', ?, ?, ?, ?, ?, ?, ?, ?)",
+                " metadata, idempotency_key, received_key, reference, fingerprint, created,"
+                " created_us) VALUES (?, 'refund', 'succeeded', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     refund_id,
                     amount,
@@ -401,23 +412,25 @@ class PaymentsProvider(Provider):
                     charge["id"],
                     json.dumps(params.metadata),
                     key,
-                    request.header("Idempotency-Key"),
+                    *_received(request, params.metadata),
                     fingerprint(params),
-                    int(time.time()),
+                    *_now(),
                 ),
             )
             row = db.execute(_SELECT + " WHERE t.id = ?", (refund_id,)).fetchone()
-        return Reply(201, public(row, with_key=not faults.ignore_keys), _echo(key))
+        return Reply(201, public(row, faults), _echo(key))
 
     def _key(self, request: Request, faults: Faults) -> str | None:
+        """The key to deduplicate by: none from a provider that ignores keys or only keeps
+        them as references."""
         if faults.ignore_keys:
             return None
         key = request.header("Idempotency-Key")
         if not key:
             return None
         if len(key) > 255:
-            raise _invalid("`Idempotency-Key` must be at most 255 characters.")
-        return key
+            raise invalid("`Idempotency-Key` must be at most 255 characters.")
+        return None if faults.reference_only else key
 
     def _asynchronous(self, request: Request) -> bool:
         header = request.header("X-Sandbox-Async")
@@ -449,7 +462,7 @@ class PaymentsProvider(Provider):
             ).fetchone()
         if row is None:
             raise HttpError(404, "resource_missing", f"No such {kind}: {object_id!r}.")
-        return Reply(200, public(row, with_key=not faults.ignore_keys))
+        return Reply(200, public(row, faults))
 
     def list(self, request: Request, faults: Faults, kind: str) -> Reply:
         try:
@@ -457,16 +470,17 @@ class PaymentsProvider(Provider):
         except ValueError:
             limit = 0
         if not 1 <= limit <= 100:
-            raise _invalid("`limit` must be an integer from 1 to 100.")
+            raise invalid("`limit` must be an integer from 1 to 100.")
         clauses, args = ["t.object = ?"], [kind]
         # A provider without keys does not know the parameter and ignores it: the answer is
         # simply the latest objects, which the caller must not mistake for "found by key".
-        filters = ["account" if kind == "charge" else "charge"]
+        # One that keeps keys only as references searches those: every record under one.
+        filters = {"account": "account"} if kind == "charge" else {"charge": "charge"}
         if not faults.ignore_keys:
-            filters.append("idempotency_key")
-        for name in filters:
+            filters["idempotency_key"] = "reference" if faults.reference_only else "idempotency_key"
+        for name, column in filters.items():
             if name in request.query:
-                clauses.append(f"t.{name} = ?")
+                clauses.append(f"t.{column} = ?")
                 args.append(request.query[name])
         with self.store.reading() as db:
             rows = db.execute(
@@ -479,7 +493,7 @@ class PaymentsProvider(Provider):
                 "object": "list",
                 "url": f"/{kind}s",
                 "has_more": len(rows) > limit,
-                "data": [public(row, with_key=not faults.ignore_keys) for row in rows[:limit]],
+                "data": [public(row, faults) for row in rows[:limit]],
             },
         )
 
@@ -514,7 +528,15 @@ class PaymentsProvider(Provider):
     def transactions(self) -> list[dict[str, Any]]:
         with self.store.reading() as db:
             rows = db.execute(_SELECT + " ORDER BY t.seq").fetchall()
-        return [{**public(row), "received_idempotency_key": row["received_key"]} for row in rows]
+        return [
+            {
+                **public(row),
+                "received_idempotency_key": row["received_key"],
+                "reference": row["reference"],
+                "created_us": row["created_us"],
+            }
+            for row in rows
+        ]
 
     def inspect(self, request: Request) -> Reply | None:
         if (request.method, request.path) == ("GET", "/_sandbox/webhooks"):
@@ -525,6 +547,19 @@ class PaymentsProvider(Provider):
         with self.store.transaction() as db:
             db.execute("DELETE FROM transactions")
             db.execute("DELETE FROM webhook_deliveries")
+
+
+def _received(request: Request, metadata: dict[str, str]) -> tuple[str | None, str | None]:
+    """The `Idempotency-Key` header as received, and the reference the provider records:
+    that header, else a `reference` in the metadata."""
+    header = request.header("Idempotency-Key")
+    return header, header or metadata.get("reference")
+
+
+def _now() -> tuple[int, int]:
+    """Now as the API shows it (whole seconds) and as statements need it (microseconds)."""
+    now_us = time.time_ns() // 1000
+    return now_us // 1_000_000, now_us
 
 
 def _echo(key: str | None) -> dict[str, str]:

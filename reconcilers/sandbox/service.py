@@ -69,7 +69,8 @@ class Reply:
     status: int
     payload: Any = None
     headers: dict[str, str] = field(default_factory=dict)
-    raw: bytes | None = None  # a body that is not JSON (the `garbage` fault)
+    raw: bytes | None = None  # a body that is not JSON (the `garbage` fault, a statement)
+    content_type: str = "application/json"
 
 
 def _no_constants(name: str) -> Any:
@@ -276,7 +277,7 @@ class SandboxHandler(BaseHTTPRequestHandler):
         body = reply.raw if reply.raw is not None else json.dumps(reply.payload).encode()
         try:
             self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", reply.content_type)
             self.send_header("Content-Length", str(len(body)))
             for name, value in reply.headers.items():
                 self.send_header(name, value)
@@ -332,6 +333,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, payments: bool) -> None:
     faults.add_argument(
         "--ignore-keys", action="store_true", help="act as if idempotency keys did not exist"
     )
+    faults.add_argument(
+        "--reference-only",
+        action="store_true",
+        help="keep and search keys as a reference, but never deduplicate by them",
+    )
     faults.add_argument("--garbage", action="store_true", help="answer 200 with non-JSON")
     faults.add_argument("--wrong-types", action="store_true", help="answer mistyped JSON")
     faults.add_argument("--drop-rate", type=float, metavar="F", help="drop this share of POSTs")
@@ -357,6 +363,7 @@ FAULT_OPTIONS = (
     "drop",
     "fail5xx",
     "ignore_keys",
+    "reference_only",
     "garbage",
     "wrong_types",
     "drop_rate",

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reconcilers.crashtest.run import Options, run
+from reconcilers.crashtest.run import KEYS, PROVIDERS, Options, run
 
 
 class Command(BaseCommand):
@@ -18,7 +18,8 @@ class Command(BaseCommand):
         "sending, during the provider call, after the provider committed, before the outcome "
         "is recorded), the ledger's web processes and rq workers; then compare the "
         "provider's transactions, the ledger and the expected outcome. Exits 1 on any "
-        "duplicate or unexplained outcome. Uses its own database, <DATABASE_URL name>_crashtest."
+        "duplicate or unexplained outcome, and with --provider lookup-only or statement on any "
+        "review item left for people. Uses its own database, <DATABASE_URL name>_crashtest."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -32,7 +33,17 @@ class Command(BaseCommand):
             help="Of the crashes, how many kill the web process or the rq worker.",
         )
         parser.add_argument(
-            "--ignore-keys", action="store_true", help="The provider ignores idempotency keys."
+            "--provider",
+            choices=PROVIDERS,
+            default=KEYS,
+            help="keys: honours idempotency keys (the default); lookup-only: keeps and searches "
+            "them as references but does not deduplicate; statement: neither keys nor lookup, "
+            "the run imports the provider's statements.",
+        )
+        parser.add_argument(
+            "--ignore-keys",
+            action="store_true",
+            help="With --provider keys: the provider ignores idempotency keys after all.",
         )
         parser.add_argument(
             "--inject-duplicate",
@@ -64,6 +75,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         if o["crashes"] - o["infra_kills"] > o["workflows"]:
             raise CommandError("Each workflow takes one worker crash: raise --workflows.")
+        if o["ignore_keys"] and o["provider"] != KEYS:
+            raise CommandError("--ignore-keys applies to --provider keys only.")
         if o["web"] < 1 or o["rq_workers"] < 1:
             raise CommandError("--web and --rq-workers need at least one process each.")
         opts = Options(
@@ -71,6 +84,7 @@ class Command(BaseCommand):
             workers=o["workers"],
             crashes=o["crashes"],
             infra_kills=o["infra_kills"],
+            provider=o["provider"],
             ignore_keys=o["ignore_keys"],
             inject_duplicate=o["inject_duplicate"],
             timeout=o["timeout"],
@@ -89,4 +103,6 @@ class Command(BaseCommand):
         for item in verdict.duplicates + verdict.unexplained:
             self.stdout.write(f"  ! {item}")
         if not verdict.ok:
-            raise CommandError("duplicates or unexplained outcomes found")
+            raise CommandError(
+                "duplicates, unexplained outcomes or review items left for people found"
+            )

@@ -8,12 +8,14 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from reconcilers.jobs import drain
 from reconcilers.schedules import queue_expired_leases, sweep
+from reconcilers.tailcheck import run_due as run_tail_checks
 
 
 class Command(BaseCommand):
     help = (
-        "Reconcile in a loop without Redis: move expired leases into reconciliation and check "
-        "whatever is due. The ledger is the queue, so any number of these can run side by side."
+        "Reconcile in a loop without Redis: move expired leases into reconciliation, check "
+        "whatever is due, and run due tail checks. The ledger is the queue, so any number of "
+        "these can run side by side."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,6 +48,7 @@ class Command(BaseCommand):
             else:
                 queue_expired_leases()
                 checked = drain()
+            run_tail_checks()
             if once:
                 break
             if not checked:
