@@ -1,9 +1,10 @@
-"""Forms of the operator pages: the queue's filters and the decisions."""
+"""Forms of the operator pages: the queue's filters, the decisions, statement uploads and
+incident acknowledgements."""
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import django_filters
@@ -12,7 +13,7 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from ledger.models import Mode, Reason, ReviewItem
+from ledger.models import Mode, Reason, ReviewItem, Severity, Tool
 from ledger.roles import ADMIN, OPERATOR
 from ledger.states import Status
 from reviews.decisions import (
@@ -39,6 +40,9 @@ SORTS = [
     ("due", "Due soonest"),
     ("effect_created", "Effect oldest first"),
 ]
+# ?severity=high: by name in the query string, as the badges show it.
+_SEVERITY_BY_NAME = {s.label: s for s in Severity}
+SEVERITIES = [(s.label, s.label) for s in reversed(Severity)]
 _ORDER = {
     "opened": ("opened_at", "id"),
     "-opened": ("-opened_at", "-id"),
@@ -81,6 +85,9 @@ class QueueFilter(django_filters.FilterSet):
     )
     run = django_filters.CharFilter(label="Run", field_name="run_id")
     reason = django_filters.ChoiceFilter(label="Reason", choices=Reason.choices, empty_label="any")
+    severity = django_filters.ChoiceFilter(
+        label="Severity", choices=SEVERITIES, method="filter_severity", empty_label="any"
+    )
     age = django_filters.ChoiceFilter(
         label="Age", choices=AGES, method="filter_age", empty_label="any"
     )
@@ -122,6 +129,9 @@ class QueueFilter(django_filters.FilterSet):
         if value == "gt7d":
             return queryset.filter(opened_at__lte=now - timedelta(days=7))
         return queryset.filter(due_at__lt=now, resolved_at__isnull=True)
+
+    def filter_severity(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(severity=_SEVERITY_BY_NAME[value])
 
     def filter_assignee(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         value = value.strip()
@@ -217,3 +227,51 @@ class DecisionForm(forms.Form):
 
 def valid_action(action: str) -> bool:
     return action in ACTIONS
+
+
+class UTCDateTimeField(forms.DateTimeField):
+    """A `datetime-local` input, read as UTC (the form says so) whatever the server's zone."""
+
+    widget = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+
+    def to_python(self, value: Any) -> datetime | None:
+        with timezone.override(UTC):
+            return super().to_python(value)
+
+
+class StatementUploadForm(forms.Form):
+    tool = forms.ChoiceField(label="Tool")
+    file = forms.FileField(
+        label="Statement file",
+        help_text="CSV or JSON Lines (.csv, .jsonl), as the provider sent it",
+        error_messages={"required": "Choose the statement file to upload."},
+    )
+    period_start = UTCDateTimeField(label="Period start (UTC)")
+    period_end = UTCDateTimeField(label="Period end (UTC, not included)")
+    provisional = forms.BooleanField(
+        label="Provisional: the provider may still change it (it proves no absence)",
+        required=False,
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Only tools that declare statements; another name is refused as a wrong choice.
+        names = Tool.objects.filter(statements=True).order_by("name").values_list("name", flat=True)
+        self.fields["tool"].choices = [(name, name) for name in names]
+        self.fields["file"].widget.attrs["accept"] = ".csv,.jsonl,.ndjson"
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        start, end = data.get("period_start"), data.get("period_end")
+        if start and end and end <= start:
+            self.add_error("period_end", "The period must end after it starts.")
+        return data
+
+
+class AcknowledgeForm(forms.Form):
+    note = forms.CharField(
+        label="What was found",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Recorded with the decision; say what the charge was and what was done.",
+    )

@@ -31,6 +31,7 @@ _SHOWN = (
     "effect__effect_key",
     "effect__status",
     "reason",
+    "severity",
     "opened_at",
     "due_at",
     "resolved_at",

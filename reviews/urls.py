@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reviews.views import chain, effects, exports, halts, overview, queue
+from reviews.views import chain, effects, exports, halts, incidents, overview, queue, statements
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
@@ -15,4 +15,12 @@ urlpatterns = [
     path("halts/", halts.halts, name="halts"),
     path("halts/add", halts.add, name="halt-add"),
     path("halts/<int:halt_id>/resume", halts.lift, name="halt-resume"),
+    path("statements/", statements.statements, name="statements"),
+    path("statements/upload", statements.upload, name="statement-upload"),
+    path("incidents/", incidents.incidents, name="incidents"),
+    path(
+        "incidents/<int:incident_id>/acknowledge",
+        incidents.acknowledge,
+        name="incident-acknowledge",
+    ),
 ]

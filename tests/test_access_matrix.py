@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import django_rq
@@ -18,9 +19,22 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 from rq import Queue
 
-from ledger.models import ApiKey, EffectDependency, EffectEvent, Reason, ReviewItem, Run, Tool
+from ledger.models import (
+    ApiKey,
+    EffectDependency,
+    EffectEvent,
+    Incident,
+    IncidentKind,
+    Reason,
+    ReviewItem,
+    Run,
+    StatementImport,
+    StatementLine,
+    Tool,
+)
 from ledger.reviewqueue import open_review
 from ledger.roles import ADMIN, grant
 from tests.conftest import PASSWORD
@@ -213,6 +227,25 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "admin/ledger/reviewitem/<path:object_id>/delete/": (STAFF_REFUSED, STAFF_REFUSED),
     "admin/ledger/reviewitem/<path:object_id>/change/": (STAFF, REDIRECTED),
     "admin/ledger/reviewitem/<path:object_id>/": (REDIRECTED, REDIRECTED),
+    # Provider statements: read-only in the admin (ledger.admin).
+    "admin/ledger/statementimport/": (STAFF, STAFF),
+    "admin/ledger/statementimport/add/": (STAFF_REFUSED, STAFF_REFUSED),
+    "admin/ledger/statementimport/<path:object_id>/history/": (STAFF, STAFF),
+    "admin/ledger/statementimport/<path:object_id>/delete/": (STAFF_REFUSED, STAFF_REFUSED),
+    "admin/ledger/statementimport/<path:object_id>/change/": (STAFF, STAFF_REFUSED),
+    "admin/ledger/statementimport/<path:object_id>/": (REDIRECTED, REDIRECTED),
+    "admin/ledger/statementline/": (STAFF, STAFF),
+    "admin/ledger/statementline/add/": (STAFF_REFUSED, STAFF_REFUSED),
+    "admin/ledger/statementline/<path:object_id>/history/": (STAFF, STAFF),
+    "admin/ledger/statementline/<path:object_id>/delete/": (STAFF_REFUSED, STAFF_REFUSED),
+    "admin/ledger/statementline/<path:object_id>/change/": (STAFF, STAFF_REFUSED),
+    "admin/ledger/statementline/<path:object_id>/": (REDIRECTED, REDIRECTED),
+    "admin/ledger/incident/": (STAFF, STAFF),
+    "admin/ledger/incident/add/": (STAFF_REFUSED, STAFF_REFUSED),
+    "admin/ledger/incident/<path:object_id>/history/": (STAFF, STAFF),
+    "admin/ledger/incident/<path:object_id>/delete/": (STAFF_REFUSED, STAFF_REFUSED),
+    "admin/ledger/incident/<path:object_id>/change/": (STAFF, STAFF_REFUSED),
+    "admin/ledger/incident/<path:object_id>/": (REDIRECTED, REDIRECTED),
     "admin/^(?P<app_label>auth|django_rq|django_q|axes|ledger)/$": (STAFF, STAFF),
     "admin/(?P<url>.*)$": (STAFF_NOT_FOUND, STAFF_NOT_FOUND),
     "api/v1/openapi.json": (PUBLIC, PUBLIC),
@@ -244,6 +277,12 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     # An empty form: no reason, no confirmation.
     "halts/add": (WRONG_METHOD, (302, 403, 403, 422, 422)),
     "halts/<int:halt_id>/resume": (WRONG_METHOD, (302, 403, 403, 422, 422)),
+    "statements/": (READERS, WRONG_METHOD),
+    # An empty form: no tool, no file, no period.
+    "statements/upload": (WRONG_METHOD, (302, 403, 403, 422, 422)),
+    "incidents/": (READERS, WRONG_METHOD),
+    # An empty form: no note.
+    "incidents/<int:incident_id>/acknowledge": (WRONG_METHOD, (302, 403, 403, 422, 422)),
     # Prometheus, with LEDGER_METRICS_TOKEN as a bearer token (set below): a session is none.
     "metrics": (KEY_NEEDED, WRONG_METHOD),
 }
@@ -323,7 +362,9 @@ def samples(alice, make_effect, olga, audrey, nemo, ada, rq_jobs) -> dict[str, S
     EffectDependency.objects.create(downstream=make_effect("planned"), upstream=upstream)
     open_review(effect["id"], Reason.NO_LOOKUP)
     item = ReviewItem.objects.get(effect_id=effect["id"])
+    incident = _incident()
     return {
+        "incident_id": str(incident.pk),
         "effect_id": effect["id"],
         "item_id": str(item.id),
         "halt_id": "1",
@@ -355,9 +396,39 @@ def samples(alice, make_effect, olga, audrey, nemo, ada, rq_jobs) -> dict[str, S
         "ledger.effectevent": str(EffectEvent.objects.filter(effect_id=effect["id"]).first().id),
         "ledger.effectdependency": str(EffectDependency.objects.get().id),
         "ledger.run": str(Run.objects.first().pk),
+        "ledger.statementimport": str(incident.line.statement_id),
+        "ledger.statementline": str(incident.line_id),
+        "ledger.incident": str(incident.pk),
         "auth.user": str(nemo.id),
         "auth.group": str(olga.groups.get().id),
     }
+
+
+def _incident() -> Incident:
+    """An open incident on a statement line no effect intended, written directly."""
+    now = timezone.now()
+    made = StatementImport.objects.create(
+        tool="charge_card",
+        filename="provider.csv",
+        sha256="0" * 64,
+        period_start=now - timedelta(days=2),
+        period_end=now - timedelta(days=1),
+        origin="command",
+        imported_by="shell:matrix",
+    )
+    line = StatementLine.objects.create(
+        statement=made,
+        line_no=2,
+        provider_ref="ch_orphan",
+        type="charge",
+        status="succeeded",
+        amount_minor=2500,
+        currency="EUR",
+        occurred_at=now - timedelta(days=2),
+    )
+    return Incident.objects.create(
+        kind=IncidentKind.ORPHAN, tool="charge_card", line=line, due_at=now + timedelta(days=1)
+    )
 
 
 People = dict[str, tuple[Client, User | None]]

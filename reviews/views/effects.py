@@ -14,7 +14,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger import jsonenc
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.models import Effect, EffectDependency, EffectEvent, EventKind, ReviewItem
+from ledger.models import (
+    Effect,
+    EffectDependency,
+    EffectEvent,
+    EventKind,
+    ReviewItem,
+    StatementLine,
+)
 from ledger.states import Kind
 from ledger.tools import policy_for
 from reconcilers.execution import can_execute
@@ -23,6 +30,7 @@ from reviews.approvals import waits_for_second_pair
 from reviews.decisions import COMPENSATE, allowed_actions
 from reviews.decisions import decide as record_decision
 from reviews.forms import DecisionForm, valid_action
+from reviews.views.statements import shown_lines
 
 
 def _pretty(value: Any) -> str:
@@ -64,6 +72,13 @@ def _context(effect_id: uuid.UUID, user: Any, forms: dict[str, DecisionForm] | N
         .select_related("assignee", "resolved_by")
         .order_by("-opened_at")
     )
+    # The provider's record of it: every line that names it, current or revised away, whatever
+    # the statement's period (stmline_effect_idx).
+    lines = shown_lines(
+        StatementLine.objects.filter(effect_id=effect.pk)
+        .select_related("statement")
+        .order_by("statement__period_start", "statement_id", "line_no")
+    )
     actions = allowed_actions(effect, user)
     waits, asker = waits_for_second_pair(effect)
     forms = forms or {}
@@ -78,6 +93,7 @@ def _context(effect_id: uuid.UUID, user: Any, forms: dict[str, DecisionForm] | N
         "effect": effect,
         "events": events,
         "reconciliations": [e for e in events if e.kind == EventKind.RECONCILIATION],
+        "statement_lines": lines,
         "decisions": [c for c in children if c.kind == Kind.DECISION],
         "compensations": [c for c in children if c.kind == Kind.COMPENSATION],
         "upstream": upstream,

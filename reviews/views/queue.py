@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.models import ReviewItem
+from ledger.models import Incident, ReviewItem
 from reviews.access import actor, reader
 from reviews.forms import QueueFilter, operators
 from reviews.queue import assign_item, claim_item, open_page, page_number, rows
@@ -32,6 +32,8 @@ def queue(request: HttpRequest) -> HttpResponse:
         "back": request.get_full_path(),  # where a claim or assignment without htmx returns
         "operators": list(operators().values_list("id", "username")),
         "resolve_hours": settings.LEDGER_RESOLVE_WITHIN // 3600,
+        # The incidents' place in the queue: a count over incident_open_idx, and a link.
+        "open_incidents": Incident.objects.filter(acknowledged_at__isnull=True).count(),
     }
     template = "reviews/queue.html#results" if request.htmx else "reviews/queue.html"
     return render(request, template, context)
@@ -40,8 +42,9 @@ def queue(request: HttpRequest) -> HttpResponse:
 def _row(request: HttpRequest, item: ReviewItem, note: str = "") -> HttpResponse:
     """htmx gets the updated row; a plain form post goes back to the queue."""
     if request.htmx:
+        shown = rows([item.pk])
         context = {
-            "item": rows([item.pk])[0],
+            "item": shown[0],
             "note": note,
             "back": request.POST.get("next", ""),
             "operators": list(operators().values_list("id", "username")),
