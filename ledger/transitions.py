@@ -322,15 +322,16 @@ def _move_group(
             sets.append(f"{target} = v._c{column}")
             column += 1
     params.append("[" + ",".join(rows) + "]")
-    # `id = ANY(…)` as well as the join: an index scan of the named rows, never a hash of
-    # every effect in the status.
+    # Joined by primary key: each row of the recordset finds its effect through the index
+    # (PostgreSQL takes any function's recordset for 100 rows, so it plans a nested loop over
+    # it). An `id = ANY(…)` list as well made it match every row of the list against every
+    # effect found by the list: quadratic, 1.8 s for 4,800 moves.
     conditions = [
-        "id = ANY(string_to_array(%s, ',')::uuid[])",
         "id = v._id",
         "status = %s",
         "version = v._version",
     ]
-    params += [",".join(str(move.effect.id) for move, _ in members), str(first.effect.status)]
+    params.append(str(first.effect.status))
     for condition, condition_params in where:
         conditions.append(condition)
         params.extend(condition_params)

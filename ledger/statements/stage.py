@@ -37,6 +37,8 @@ _LINES = StatementLine._meta.db_table
 _IMPORTS = StatementImport._meta.db_table
 # Lines in a file from which the lines table's statistics are refreshed as it is staged.
 _ANALYZE_AFTER = 10_000
+# Memory for staging's joins and sorts, in this transaction only (PostgreSQL's, not ours).
+STAGING_WORK_MEM = "256MB"
 _UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
@@ -99,6 +101,11 @@ def stage(
         )
         stage_table = f"stm_stage_{made.pk}"
         with connection.cursor() as cursor:
+            # Matching joins and sorts a whole statement against the tool's effects at once:
+            # with the default work_mem (4 MB) PostgreSQL spills its hashes and sorts to disk.
+            cursor.execute(f"SET LOCAL work_mem = '{STAGING_WORK_MEM}'")
+            # One statement over a million rows: compiling it (JIT) costs more than it saves.
+            cursor.execute("SET LOCAL jit = off")
             cursor.execute(
                 f"CREATE TEMP TABLE {stage_table} (line_no int, provider_ref text, "
                 "reference text, type text, status text, amount_minor bigint, currency text, "
