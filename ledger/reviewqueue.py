@@ -86,16 +86,18 @@ def settles(actor: str, to: Status, reason: str) -> bool:
     )
 
 
-def close_settled_reviews(effect_ids: Sequence[Any], *, actor: str, reason: str) -> int:
-    """Close the open items of effects a machine has just settled (`settles`), each with a
-    `review_closed` event on its effect, in the caller's transaction. Only items that asked
-    what happened (`MACHINE_CLOSES`); the others wait for a person. Returns how many closed."""
+def close_settled_reviews(
+    effect_ids: Sequence[Any], *, status: str, actor: str, reason: str
+) -> int:
+    """Close the open items of effects a machine has just settled in `status` (`settles`),
+    each with a `review_closed` event on its effect, in the caller's transaction. Only items
+    that asked what happened (`MACHINE_CLOSES`); the others wait for a person. Returns how
+    many closed. One statement through `review_one_open_uniq` when none is open."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {ReviewItem._meta.db_table} r SET resolved_at = now(), resolution = %s "
-            f"FROM {Effect._meta.db_table} e WHERE e.id = r.effect_id "
-            "AND r.effect_id = ANY(%s::uuid[]) AND r.resolved_at IS NULL "
-            "AND r.reason = ANY(%s) RETURNING r.id, r.effect_id, r.reason, e.status",
+            f"UPDATE {ReviewItem._meta.db_table} SET resolved_at = now(), resolution = %s "
+            "WHERE effect_id = ANY(%s::uuid[]) AND resolved_at IS NULL AND reason = ANY(%s) "
+            "RETURNING id, effect_id, reason",
             [
                 f"Settled by {actor}: {reason}"[:2000],
                 [str(i) for i in effect_ids],
@@ -103,7 +105,7 @@ def close_settled_reviews(effect_ids: Sequence[Any], *, actor: str, reason: str)
             ],
         )
         closed = cursor.fetchall()
-    for item_id, effect_id, item_reason, status in closed:
+    for item_id, effect_id, item_reason in closed:
         record_event(
             effect_id,
             kind=EventKind.REVIEW_CLOSED,

@@ -174,7 +174,7 @@ def transition(
                 release(moved.id)  # proof it never left: its amount stops counting
             _follow_on(moved, actor=actor)
             if settles(actor, to, reason):
-                close_settled_reviews([moved.id], actor=actor, reason=reason)
+                close_settled_reviews([moved.id], status=to, actor=actor, reason=reason)
     if superseded or moved is None:
         raise Superseded(effect.id)
     return moved
@@ -256,9 +256,10 @@ def transition_many(
             for effect_id, status, _ in rows:
                 moved.add(effect_id)
                 count_transition(members[0][0].effect.status, status)
-            reason = members[0][0].reason
-            if rows and settles(actor, members[0][0].to, reason):
-                close_settled_reviews([i for i, _, _ in rows], actor=actor, reason=reason)
+            to, reason = members[0][0].to, members[0][0].reason
+            if rows and settles(actor, to, reason):
+                ids = [i for i, _, _ in rows]
+                close_settled_reviews(ids, status=to, actor=actor, reason=reason)
             # Rare (a failed upstream, a compensation): the follow-ons work on whole effects.
             following = [
                 i
