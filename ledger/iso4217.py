@@ -6,8 +6,9 @@ list: BGN withdrawn when Bulgaria joined the euro, ANG replaced by XCG, XAD adde
 whose minor unit the list gives as "N.A." (precious metals, bond-market units, SDR, test and
 "no currency" codes) are listed with None: an amount in them has no minor units to compare.
 
-`ledger.limits.EXPONENTS` (the non-2 exponents that limits and migration 0014 use) must agree
-with this table; `tests/test_statements_iso4217.py` checks it.
+`ledger.limits.EXPONENTS` (the non-2 exponents that limits use) is read from this table, and
+the claim trigger's SQL copy of it (migration 0021) is compared with it by
+tests/test_limits_trigger.py.
 """
 
 from __future__ import annotations

@@ -36,18 +36,17 @@ from typing import Any
 from django.db import DatabaseError, connection
 
 from ledger.errors import LedgerError, ValidationFailed
+from ledger.iso4217 import EXPONENTS as ISO_EXPONENTS
 from ledger.models import AmountCharge
 from ledger.outbox import notify
 
 _CHARGES = AmountCharge._meta.db_table
 # What the claim trigger raises (SQLSTATE P0001, the limit as JSON in DETAIL).
 TRIGGER_MESSAGE = "ledger_limit_exceeded"
-# ISO 4217 minor-unit exponents that differ from 2; any other currency has 2.
-EXPONENTS = {
-    "BHD": 3, "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0,
-    "KMF": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3, "PYG": 0, "RWF": 0, "TND": 3, "UGX": 0,
-    "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
-}  # fmt: skip
+# ISO 4217 minor-unit exponents that differ from 2 (`ledger.iso4217`, the one table); any
+# other currency has 2. The claim trigger's `ledger_currency_exponent` is a frozen copy
+# (migrations 0014 and 0021), which tests/test_limits_trigger.py compares with this.
+EXPONENTS = {code: places for code, places in ISO_EXPONENTS.items() if places not in (2, None)}
 # Transitions that prove the request never reached the provider: its amount is released.
 NON_RECEIPT = frozenset({"not_sent", "never_received", "never_sent"})
 

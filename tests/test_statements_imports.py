@@ -342,8 +342,9 @@ def test_the_iso4217_table_agrees_with_the_limits_exponents():
     for code, places in limits.EXPONENTS.items():
         assert iso4217.EXPONENTS.get(code) == places, code
     others = {c for c, p in iso4217.EXPONENTS.items() if p not in (2, None)}
-    # limits.EXPONENTS lacks the two four-place index units (it treats them as 2): reported.
-    assert others - set(limits.EXPONENTS) == {"CLF", "UYW"}
+    # Among them the two four-place index units.
+    assert others == set(limits.EXPONENTS)
+    assert (limits.EXPONENTS["CLF"], limits.EXPONENTS["UYW"]) == (4, 4)
 
 
 def test_the_iso4217_table_holds_the_active_codes():
@@ -367,3 +368,42 @@ def test_major_amounts_use_the_currencys_exponent(setup, make_effect):
     assert fresh(effect).status == "confirmed"
     made = StatementImport.objects.get()
     assert StatementLine.objects.get(statement=made).amount_minor == 1250
+
+
+# --- One staging per tool at a time ----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_import_of_the_same_tool_waits_for_the_first_to_be_staged(tmp_path):
+    import threading
+
+    import psycopg
+    from django.db import connection as django_connection
+
+    load_tools(tmp_path)
+    period = day(db_now(), 2)
+    done = threading.Event()
+
+    def second() -> None:
+        try:
+            run_import(period, [])
+        finally:
+            django_connection.close()
+            done.set()
+
+    dsn = django_connection.get_connection_params()
+    with psycopg.connect(**{k: v for k, v in dsn.items() if k != "cursor_factory"}) as other:
+        # What a first import staging right now holds.
+        other.execute(
+            "SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["ledger.statements:stmt_pay"]
+        )
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not done.wait(1.0)
+        assert not StatementImport.objects.exclude(sha256="").exists()
+        other.execute(
+            "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["ledger.statements:stmt_pay"]
+        )
+    thread.join(30)
+    assert done.is_set()
+    assert StatementImport.objects.get().phase == "done"

@@ -11,7 +11,7 @@ from django.db.models.functions import Now
 
 from ledger.jsonenc import ExactJSONDecoder, ExactJSONEncoder
 from ledger.models.config import Agent
-from ledger.states import INCOMPLETE, TRANSITIONS, Kind, Status
+from ledger.states import INCOMPLETE, TERMINAL, TRANSITIONS, Kind, Status
 
 _incomplete = Q(status__in=sorted(INCOMPLETE))
 
@@ -174,6 +174,13 @@ class Effect(models.Model):
                 fields=["tail_check_at"],
                 name="effect_tail_check_idx",
                 condition=Q(tail_check_at__isnull=False),
+            ),
+            # Retention (ledger.retention): terminal effects not yet redacted, the longest
+            # resolved first (built concurrently, 0021).
+            models.Index(
+                fields=["resolved_at", "id"],
+                name="effect_retention_idx",
+                condition=Q(status__in=sorted(TERMINAL)) & ~Q(target="redacted"),
             ),
             # The escalation sweep: unresolved effects by age.
             models.Index(

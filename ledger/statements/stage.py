@@ -103,6 +103,12 @@ def stage(
         with connection.cursor() as cursor:
             # Matching joins and sorts a whole statement against the tool's effects at once:
             # with the default work_mem (4 MB) PostgreSQL spills its hashes and sorts to disk.
+            # One staging per tool at a time: a revision is diffed against the lines staged
+            # before it, which a concurrent import of the same tool must not be writing.
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"ledger.statements:{tool.name}"],
+            )
             cursor.execute(f"SET LOCAL work_mem = '{STAGING_WORK_MEM}'")
             # One statement over a million rows: compiling it (JIT) costs more than it saves.
             cursor.execute("SET LOCAL jit = off")
