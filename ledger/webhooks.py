@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 
 from ledger.duplicates import report_duplicate
 from ledger.errors import InvalidTransition, LedgerError, NotFound
+from ledger.events import record_event
 from ledger.matching import differences
 from ledger.models import Effect, EventKind, Reason, Tool, WebhookDelivery
 from ledger.reviewqueue import open_review
@@ -85,8 +86,16 @@ def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
         return _keep_as_duplicate(effect, provider, ref, payload)
     if effect.status not in _RESOLVABLE:
         raise InvalidTransition(f"The effect is already {effect.status}.", status=effect.status)
-    if to == Status.CONFIRMED and _differs(effect, payload.get("response")):
-        return _hold_for_review(effect, provider, ref)
+    mismatches = _differs(effect, payload.get("response")) if to == Status.CONFIRMED else []
+    if mismatches:
+        evidence = {
+            "provider_ref": ref,
+            "webhook": True,
+            "mismatches": mismatches,
+            # The provider's record, so that ours and theirs can be shown side by side.
+            "record": redact(payload["response"]),
+        }
+        return _hold_for_review(effect, provider, evidence)
     changes: dict[str, Any] = {}
     if ref:
         changes["provider_ref"] = ref
@@ -110,22 +119,30 @@ def _differs(effect: Effect, record: Any) -> list[str]:
     return differences(effect, record) if isinstance(record, dict) else []
 
 
-def _hold_for_review(effect: Effect, provider: str, ref: str) -> Effect:
-    """`ref` is redacted already: it goes into the append-only event log."""
+def _hold_for_review(effect: Effect, provider: str, evidence: dict[str, Any]) -> Effect:
+    """`evidence` is redacted already: it goes into the append-only event log, on the move to
+    unknown, or as the provider's word on an effect that is unknown already."""
+    actor = f"provider:{provider}"
     with transaction.atomic():
         if effect.status != Status.UNKNOWN:
             try:
                 effect = transition(
-                    effect,
-                    Status.UNKNOWN,
-                    actor=f"provider:{provider}",
-                    reason=Reason.MISMATCH.value,
-                    data={"provider_ref": ref, "webhook": True},
+                    effect, Status.UNKNOWN, actor=actor, reason=Reason.MISMATCH.value, data=evidence
                 )
             except Superseded:
                 raise InvalidTransition(
                     "The effect changed while the callback was applied."
                 ) from None
+        else:
+            record_event(
+                effect.id,
+                kind=EventKind.RECONCILIATION,
+                actor=actor,
+                from_status=effect.status,
+                to_status=effect.status,
+                reason=Reason.MISMATCH.value,
+                data=evidence,
+            )
         open_review(effect.id, Reason.MISMATCH)
     return effect
 

@@ -165,15 +165,20 @@ def check(effects: list[Effect]) -> None:
                 _without_lookup(effect, policy, now)
 
 
-def _reconciliation(effect: Effect, answer: Lookup) -> dict[str, Any]:
-    """The reconciliation event of an answer: what the provider said, whatever follows."""
+def _reconciliation(effect: Effect, answer: Lookup, policy: Policy) -> dict[str, Any]:
+    """The reconciliation event of an answer: what the provider said, whatever follows, with
+    the provider's own record of it (redacted like any payload) so that ours and theirs can be
+    compared later, a mismatch above all."""
+    data = answer.evidence()
+    if isinstance(answer.answer, dict):
+        data["record"] = policy.redactor(answer.answer)
     return {
         "kind": EventKind.RECONCILIATION,
         "actor": ACTOR,
         "from_status": effect.status,
         "to_status": effect.status,
         "reason": answer.outcome,
-        "data": answer.evidence(),
+        "data": data,
     }
 
 
@@ -185,7 +190,7 @@ def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime
     when it takes more (a review, a reschedule, a chain of moves): `_apply`."""
 
     def move(to: Status, reason: str, changes: dict[str, Any], data: dict[str, Any]) -> Move:
-        before = [event_values(**_reconciliation(effect, answer))]
+        before = [event_values(**_reconciliation(effect, answer, policy))]
         return Move(effect, to, reason=reason, changes=changes, data=data, before=before)
 
     if answer.outcome == FOUND and not answer.mismatches:
@@ -219,7 +224,7 @@ def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime
 def _record_answer(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
     try:
         with transaction.atomic():
-            record_event(effect.id, **_reconciliation(effect, answer))
+            record_event(effect.id, **_reconciliation(effect, answer, policy))
             count_reconciliation(effect.tool, answer.outcome)
             _apply(effect, policy, answer, now)
     except Superseded:

@@ -343,6 +343,19 @@ def test_a_mismatch_found_for_a_lost_effect_goes_to_review_and_stops_the_checks(
     checks_stop(effect)
 
 
+def test_a_mismatch_keeps_the_providers_record_beside_ours(alice, provider):
+    effect = lost(alice)
+    charge_at(provider, effect, amount="12.00")
+
+    assert process_one(effect["id"]) is True
+
+    [check] = checks_of(effect)
+    assert check.data["mismatches"] == ["amount"]
+    # What the provider holds, to be shown against the request: its amount above all.
+    assert (check.data["record"]["amount"], check.data["record"]["currency"]) == ("12.00", "EUR")
+    assert check.data["record"]["id"] == check.data["provider_ref"]
+
+
 def test_not_found_before_settle_after_is_asked_again_later_and_the_effect_is_not_retried(
     alice, provider
 ):

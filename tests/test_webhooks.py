@@ -129,6 +129,24 @@ def test_a_confirmation_whose_charge_differs_from_the_request_goes_to_review(ali
     assert _confirm_with_charge(effect, "99.00").status_code == 200
     assert Effect.objects.get(pk=effect["id"]).status == "unknown"
     assert ReviewItem.objects.get(effect_id=effect["id"]).reason == "provider_mismatch"
+    moved = Effect.objects.get(pk=effect["id"]).events.latest("id")
+    assert moved.data["mismatches"] == ["amount"]
+    assert moved.data["record"]["amount"] == "99.00"
+
+
+def test_a_second_mismatching_confirmation_of_an_unknown_effect_is_kept_too(alice, settings):
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = _awaiting(alice)
+    assert _confirm_with_charge(effect, "99.00").status_code == 200
+
+    assert _confirm_with_charge(effect, "98.00").status_code == 200
+
+    kept = Effect.objects.get(pk=effect["id"]).events.latest("id")
+    assert (kept.kind, kept.actor, kept.data["record"]["amount"]) == (
+        "reconciliation",
+        "provider:sandbox-pay",
+        "98.00",
+    )
 
 
 def test_a_confirmation_whose_charge_matches_the_request_confirms(alice, settings):
