@@ -76,7 +76,8 @@ class Verdict:
             ("settled by machine", sum(self.settled_by_machine.values())),
             *((f"  by {how}", n) for how, n in sorted(self.settled_by_machine.items())),
             ("review items closed by machine", self.reviews_closed_by_machine),
-            ("tail checks", sum(self.tail_checks.values())),
+            # Shown where the run waits for them (a provider searched by lookups).
+            *([("tail checks", sum(self.tail_checks.values()))] if self.tail_checks else []),
             *((f"  {found}", n) for found, n in sorted(self.tail_checks.items())),
             *(
                 (
