@@ -122,7 +122,8 @@ def required_paths(fields: Mapping[str, Any]) -> list[str]:
     return [name for name in ("amount_path", "currency_path") if not fields.get(name)]
 
 
-def _at(request: Any, path: str) -> Any:
+def value_at(request: Any, path: str) -> Any:
+    """The value at a dotted path into a request ("payment.amount"), or None."""
     value = request
     for part in path.split("."):
         if not isinstance(value, Mapping) or part not in value:
@@ -139,12 +140,12 @@ def amount_of(policy: Any, request: Any) -> Money | None:
     problems = {}
     currency = ""
     try:
-        currency = currency_code(_at(request, policy.currency_path))
+        currency = currency_code(value_at(request, policy.currency_path))
     except ValueError as exc:
         problems[f"request.{policy.currency_path}"] = f"the currency {exc}"
     minor = 0
     if currency:
-        raw = _at(request, policy.amount_path)
+        raw = value_at(request, policy.amount_path)
         try:
             if raw is None:
                 raise ValueError("is required")

@@ -285,6 +285,8 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "incidents/<int:incident_id>/acknowledge": (WRONG_METHOD, (302, 403, 403, 422, 422)),
     # Prometheus, with LEDGER_METRICS_TOKEN as a bearer token (set below): a session is none.
     "metrics": (KEY_NEEDED, WRONG_METHOD),
+    # The browser's own request: sent on to the static SVG, whoever asks.
+    "favicon.ico": (REDIRECTED, WRONG_METHOD),
 }
 
 
