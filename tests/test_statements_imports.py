@@ -16,6 +16,7 @@ from django.core.management import CommandError, call_command
 from ledger import iso4217, limits
 from ledger.errors import ValidationFailed
 from ledger.models import (
+    Alert,
     Effect,
     Incident,
     Reason,
@@ -265,6 +266,11 @@ def test_an_orphan_is_an_incident_only_once_the_next_final_period_is_in(setup, o
     assert incident.due_at > incident.opened_at
     assert StatementImport.objects.get(pk=first.pk).orphans_checked
     assert list(incident_queue()) == [incident]
+    # People are told at once, through the alert outbox, once.
+    [alert] = Alert.objects.filter(kind="incident_opened")
+    assert alert.key == f"incident:{incident.pk}"
+    assert (alert.payload["link"], alert.payload["provider_ref"]) == ("/incidents/", "ch_unknown")
+    assert alert.payload["amount_minor"] == 1250 and alert.payload["currency"] == "EUR"
 
     with pytest.raises(ValidationFailed):
         acknowledge_incident(incident.pk, user=olga, note="  ")

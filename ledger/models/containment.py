@@ -18,6 +18,8 @@ class AlertKind(models.TextChoices):
     REVIEW_OVERDUE = "review_overdue", "Review item overdue"
     HALT = "halt", "Halt"
     LIMIT_EXCEEDED = "limit_exceeded", "Limit exceeded"
+    # A statement line no effect intended (ledger.statements): a possible unauthorized charge.
+    INCIDENT_OPENED = "incident_opened", "Incident opened"
     # An agent's callback (ledger.notifications): posted to the effect's callback_url only.
     CALLBACK = "callback", "Effect status changed (agent callback)"
 

@@ -23,6 +23,8 @@ from ledger.decisions import record_standalone_decision
 from ledger.errors import NotFound, Refused, ValidationFailed
 from ledger.killswitch import system_agent
 from ledger.models import (
+    Alert,
+    AlertKind,
     Incident,
     IncidentKind,
     LineStatus,
@@ -40,6 +42,7 @@ _IMPORTS = StatementImport._meta.db_table
 _LINES = StatementLine._meta.db_table
 _INCIDENTS = Incident._meta.db_table
 _TOOLS = Tool._meta.db_table
+_ALERTS = Alert._meta.db_table
 _MONEY = [LineType.CHARGE.value, LineType.CAPTURE.value, LineType.REFUND.value]
 # A statement whose next period's final statement is in (`n`): its orphans can be told.
 _NEXT_IS_IN = f"""EXISTS (SELECT 1 FROM {_IMPORTS} n
@@ -72,9 +75,23 @@ def orphans_phase(made: StatementImport, tool: Tool) -> Progress:
                  WHERE l.effect_id IS NULL AND l.removed_by_id IS NULL
                    AND l.type = ANY(%(money)s) AND l.status <> %(failed)s
                 ON CONFLICT (line_id) DO NOTHING
-                RETURNING line_id
+                RETURNING id, line_id, severity
             ), marked AS (
                 UPDATE {_LINES} l SET outcome = 'orphan' FROM opened WHERE l.id = opened.line_id
+            ), alerted AS (
+                -- People hear of each at once, through the alert outbox (ledger.outbox).
+                INSERT INTO {_ALERTS} (id, kind, key, payload, created_at, attempts, delivered,
+                                       last_error)
+                SELECT gen_random_uuid(), %(alert)s, 'incident:' || opened.id,
+                       jsonb_build_object(
+                           'summary', 'statement line ' || l.provider_ref || ' of ' || %(tool)s
+                                      || ': no effect intended it',
+                           'link', '/incidents/', 'incident', opened.id, 'tool', %(tool)s,
+                           'provider_ref', l.provider_ref, 'amount_minor', l.amount_minor,
+                           'currency', l.currency, 'severity', opened.severity),
+                       now(), 0, '[]'::jsonb, ''
+                  FROM opened JOIN {_LINES} l ON l.id = opened.line_id
+                ON CONFLICT (kind, key) DO NOTHING
             )
             SELECT count(*) FROM opened
             """,
@@ -87,6 +104,7 @@ def orphans_phase(made: StatementImport, tool: Tool) -> Progress:
                 "normal": int(Severity.NORMAL),
                 "due": int(settings.LEDGER_RESOLVE_WITHIN),
                 "money": _MONEY,
+                "alert": AlertKind.INCIDENT_OPENED.value,
             },
         )
         opened = cursor.fetchone()[0]
