@@ -1,13 +1,37 @@
 from django.urls import path
 
-from reviews.views import chain, effects, exports, halts, incidents, overview, queue, statements
+from reviews.views import (
+    approvals,
+    bulk,
+    chain,
+    effects,
+    exports,
+    halts,
+    incidents,
+    limits,
+    notes,
+    overview,
+    queue,
+    runs,
+    statements,
+)
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("queue/", queue.queue, name="queue"),
     path("queue/<int:item_id>/claim", queue.claim, name="review-claim"),
     path("queue/<int:item_id>/assign", queue.assign, name="review-assign"),
+    path("queue/<int:item_id>/notes", notes.add, name="review-note"),
+    path("queue/<int:item_id>/release", notes.release, name="review-release"),
+    path("queue/bulk", bulk.start, name="queue-bulk"),
+    path("queue/bulk/<int:job_id>", bulk.progress, name="queue-bulk-progress"),
+    path("queue/filters", bulk.save_filter, name="queue-filter-save"),
+    path("queue/filters/<int:filter_id>/delete", bulk.delete_filter, name="queue-filter-delete"),
     path("effects/<uuid:effect_id>/", effects.detail, name="effect"),
+    path("effects/<uuid:effect_id>/live", notes.live, name="effect-live"),
+    path("runs/", runs.preview, name="run-preview"),
+    path("limits/", limits.limits, name="limits"),
+    path("approvals/", approvals.approvals, name="approvals"),
     path("effects/<uuid:effect_id>/decide/<str:action>", effects.decide, name="decide"),
     path("audit/exports/", exports.exports, name="exports"),
     path("audit/exports/<str:dataset>.<str:fmt>", exports.download, name="export"),

@@ -27,6 +27,7 @@ from ledger.models import (
 from ledger.states import Kind
 from ledger.tools import policy_for
 from reconcilers.execution import can_execute
+from reviews import notes
 from reviews.access import actor, reader
 from reviews.approvals import waits_for_second_pair
 from reviews.decisions import COMPENSATE, allowed_actions
@@ -221,6 +222,8 @@ def _context(effect_id: uuid.UUID, user: Any, forms: dict[str, DecisionForm] | N
         "response_json": _pretty(effect.response),
         "error_json": _pretty(effect.error),
         "provenance_json": _pretty(effect.provenance),
+        # Notes on the open item and who is working on it (reviews.notes).
+        **notes.panel(effect, open_item, user),
     }
 
 

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import Incident, ReviewItem
 from reviews.access import actor, reader
-from reviews.forms import QueueFilter, operators
+from reviews.filters import QueueFilter, operators
 from reviews.queue import assign_item, claim_item, open_page, page_number, rows
 
 

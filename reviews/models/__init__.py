@@ -1,0 +1,5 @@
+"""The operator pages' own tables: notes on review items, saved filters and bulk jobs. The
+review queue itself (`ReviewItem`) is the ledger's (`ledger.models.review`)."""
+
+from reviews.models.notes import *  # noqa: F403
+from reviews.models.operator import *  # noqa: F403

@@ -1,0 +1,3 @@
+"""Notes on review items."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Saved queue filters and bulk jobs."""
+
+__all__: list[str] = []
