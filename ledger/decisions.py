@@ -21,7 +21,7 @@ from ledger.models import Agent, Effect, EventKind, ReviewItem
 from ledger.redaction import Redactor, scrub_cards
 from ledger.states import Kind, Status
 from ledger.tools import policy_for
-from ledger.transitions import SqlExpr, record_event
+from ledger.transitions import SqlExpr, Superseded, one_effect, record_event
 
 # The pseudo-tool under which decision effects are recorded.
 DECISION_TOOL = "operator_decision"
@@ -179,3 +179,28 @@ def resolve_review(item: ReviewItem, *, decision_id: uuid.UUID, user: Any, summa
             decision_id=decision_id,
         )
     )
+
+
+def grant_attempt(effect: Effect, *, actor: str, reason: str, data: dict[str, Any]) -> Effect:
+    """One more attempt for a planned effect whose attempts are used up (an operator's
+    `extra_attempt`): its cap rises by one and it stays planned, so its owner may claim it
+    again. Not a transition (the status does not change), but versioned like one and kept in
+    the effect's history; raises `Superseded` when the effect moved meanwhile."""
+    sql = (
+        f"UPDATE {Effect._meta.db_table} SET max_attempts = max_attempts + 1, "
+        "version = version + 1, updated_at = now() "
+        "WHERE id = %s AND status = %s AND version = %s RETURNING *"
+    )
+    moved = one_effect(sql, [effect.id, Status.PLANNED.value, effect.version])
+    if moved is None:
+        raise Superseded(effect.id)
+    record_event(
+        effect.id,
+        kind=EventKind.TRANSITION,
+        actor=actor,
+        from_status=Status.PLANNED,
+        to_status=Status.PLANNED,
+        reason=reason,
+        data={**data, "max_attempts": moved.max_attempts},
+    )
+    return moved

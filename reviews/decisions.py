@@ -1,4 +1,6 @@
-"""Operator decisions: confirm, mark failed, retry, compensate, cancel; and the four-eyes ones,
+"""Operator decisions: confirm, mark failed, retry, compensate, cancel; the ones that close an
+item with nothing to do at the provider (not a duplicate, the provider's record accepted), one
+more attempt; and the four-eyes ones,
 approve and reject (`reviews.approvals`: an effect above its approval threshold, or a retry
 another operator proposed on nothing but their word that the provider never received it).
 
@@ -8,6 +10,9 @@ recorded in ONE transaction with the target's transition and the review item's r
 one decision commits: the loser's transaction fails on the target's version check, on the
 decision's unique `effect_key` or on the review item that is no longer open, rolls back whole,
 and the loser is told who won. Provider work a decision causes (a refund) runs after commit.
+
+Which kind applies where is `reviews.decision_kinds`; an item another operator has claimed is
+decided on only when the asker says so (`Ask.over_claim`).
 """
 
 from __future__ import annotations
@@ -20,15 +25,16 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from ledger.compensation import compensate
-from ledger.decisions import record_decision, resolve_review
+from ledger.decisions import grant_attempt, record_decision, resolve_review
 from ledger.errors import AttemptsExhausted, InvalidTransition, Refused, ValidationFailed
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem
-from ledger.recovery import VERIFIED_ABSENT, database_now, last_lookup, retry_ground
+from ledger.recovery import VERIFIED_ABSENT, database_now, retry_ground
 from ledger.reviewqueue import open_review
 from ledger.states import Kind, Status
 from ledger.tools import Policy, policy_for
 from ledger.transitions import SqlExpr, Superseded, transition
 from reconcilers.execution import can_execute, execute_after_commit
+from reviews import decision_kinds as kinds
 from reviews.approvals import (
     check_second_pair,
     close_proposal,
@@ -36,10 +42,45 @@ from reviews.approvals import (
     supersede_stale,
     waits_for_second_pair,
 )
+from reviews.decision_kinds import (
+    ACCEPT_RECORD,
+    ACTIONS,
+    APPROVE,
+    CANCEL,
+    COMPENSATE,
+    CONFIRM,
+    EXTRA_ATTEMPT,
+    FAIL,
+    LABELS,
+    NEEDS_EVIDENCE,
+    NOT_DUPLICATE,
+    REJECT,
+    RETRY,
+    RetryUnsafe,
+)
+from reviews.evidence import Evidence, evidence_of
 
-CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL = "confirm", "fail", "retry", "compensate", "cancel"
-APPROVE, REJECT = "approve", "reject"
-ACTIONS = (CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL, APPROVE, REJECT)
+__all__ = [
+    "ACCEPT_RECORD",
+    "ACTIONS",
+    "APPROVE",
+    "CANCEL",
+    "COMPENSATE",
+    "CONFIRM",
+    "EXTRA_ATTEMPT",
+    "FAIL",
+    "LABELS",
+    "NOT_DUPLICATE",
+    "REJECT",
+    "RETRY",
+    "AlreadyDecided",
+    "Ask",
+    "Decided",
+    "RetryUnsafe",
+    "allowed_actions",
+    "decide",
+]
+_ANY = frozenset(Status)
 # How the decision effect names a retry that waits for a second operator.
 PROPOSE_RETRY = "propose_retry"
 
@@ -53,6 +94,10 @@ _FROM: dict[str, frozenset[Status]] = {
     # From unknown only while a retry proposal waits (`reviews.approvals` checks).
     APPROVE: frozenset({Status.AWAITING_APPROVAL, Status.UNKNOWN}),
     REJECT: frozenset({Status.AWAITING_APPROVAL, Status.UNKNOWN}),
+    # These close an item whatever the effect's status (`reviews.decision_kinds` says which).
+    NOT_DUPLICATE: _ANY,
+    ACCEPT_RECORD: _ANY,
+    EXTRA_ATTEMPT: frozenset({Status.UNKNOWN, Status.PLANNED}),
 }
 
 
@@ -60,10 +105,6 @@ class AlreadyDecided(Refused):
     """Someone else decided (or the effect moved) since the operator looked at it."""
 
     code = "already_decided"
-
-
-class RetryUnsafe(Refused):
-    code = "retry_unsafe"
 
 
 @dataclass(frozen=True)
@@ -80,6 +121,8 @@ class Ask:
     compensation_tool: str = ""
     compensation_request: dict[str, Any] = field(default_factory=dict)
     force: bool = False
+    # The asker decides although another operator has claimed the item.
+    over_claim: bool = False
 
 
 @dataclass
@@ -90,10 +133,19 @@ class Decided:
     follow_up: Effect | None = None
 
 
-def allowed_actions(effect: Effect, user: User | None = None) -> list[str]:
+def allowed_actions(
+    effect: Effect,
+    user: User | None = None,
+    *,
+    item: ReviewItem | None = None,
+    evidence: Evidence | None = None,
+) -> list[str]:
     """The actions the page offers for this effect to `user` (the domain checks again on
     submit): approve and reject only where something waits for them, and not to the operator
-    who asked for it."""
+    who asked for it; the others where `reviews.decision_kinds` lets them apply to the open
+    `item` (read here when not given) and the provider's `evidence`."""
+    if effect.kind == Kind.DECISION:
+        return []
     actions = [a for a in ACTIONS if effect.status in _FROM[a] and a not in (APPROVE, REJECT)]
     waits, asker = waits_for_second_pair(effect)
     if waits:
@@ -105,9 +157,33 @@ def allowed_actions(effect: Effect, user: User | None = None) -> list[str]:
         actions.append(CONFIRM)
     if RETRY in actions and effect.attempt >= effect.max_attempts:
         actions.remove(RETRY)
-    if effect.kind == Kind.DECISION:
-        return []
-    return actions
+    if item is None:
+        item = _open_item(effect)
+    evidence = evidence if evidence is not None else evidence_of(effect.id)
+    ground = _ground(effect, evidence) if EXTRA_ATTEMPT in actions else ""
+    return [a for a in actions if kinds.refusal(effect, item, a, evidence, ground) is None]
+
+
+def _open_item(effect: Effect) -> ReviewItem | None:
+    return (
+        ReviewItem.objects.select_related("assignee")
+        .filter(effect=effect, resolved_at__isnull=True)
+        .first()
+    )
+
+
+def _ground(effect: Effect, evidence: Evidence, *, verified_absent: bool = False) -> str:
+    """Why sending the effect again cannot do it twice ("" when it could): a planned effect
+    was never sent; otherwise the one rule, `ledger.recovery.retry_ground`."""
+    if effect.status == Status.PLANNED:
+        return "planned"
+    return retry_ground(
+        effect,
+        policy_for(effect.tool),
+        now=database_now(),
+        last_lookup=evidence.lookup_outcome,
+        verified_absent=verified_absent,
+    )
 
 
 def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
@@ -118,9 +194,12 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
     if target.version != ask.expected_version:
         raise _lost(target, ask.expected_version)
     _check_status(target, ask)
+    open_item = _open_item(target)
+    if (claimed := kinds.claim_refusal(open_item, user, ask.over_claim)) is not None:
+        raise claimed
+    evidence = evidence_of(target.id)
     proposal = check_second_pair(target, user) if ask.action in (APPROVE, REJECT) else None
     policy = policy_for(target.tool)
-    now = database_now()
     ground = VERIFIED_ABSENT if proposal is not None else ""
     if ask.action == RETRY and pending_proposal(target) is not None:
         raise InvalidTransition(
@@ -135,12 +214,8 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
                 attempt=target.attempt,
                 max_attempts=target.max_attempts,
             )
-        ground = retry_ground(
-            target,
-            policy,
-            now=now,
-            last_lookup=last_lookup(target),
-            verified_absent=ask.verified_absent or proposal is not None,
+        ground = _ground(
+            target, evidence, verified_absent=ask.verified_absent or proposal is not None
         )
         if not ground:
             raise RetryUnsafe(
@@ -148,11 +223,14 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
                 "(or its memory of it has expired) and has not said it never received it. "
                 "Check with the provider and record what you found, or confirm / mark failed.",
             )
+    if ask.action == EXTRA_ATTEMPT:
+        ground = _ground(target, evidence)
+    if (refused := kinds.refusal(target, open_item, ask.action, evidence, ground)) is not None:
+        raise refused
     # Only the operator's word that it never arrived: a second operator must confirm the retry.
     proposing = ask.action == RETRY and ground == VERIFIED_ABSENT
     # Proposing or rejecting a retry leaves the effect unknown: its review item stays open.
     settles = not proposing and not (ask.action == REJECT and proposal is not None)
-    open_item = ReviewItem.objects.filter(effect=target, resolved_at__isnull=True).first()
     actor = f"operator:{user.get_username()}"
     decision_id = uuid.uuid4()
     try:
@@ -160,7 +238,7 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
             moved, follow_up = (
                 (target, None)
                 if proposing
-                else _carry_out(target, ask, policy, actor, decision_id, ground)
+                else _carry_out(target, ask, policy, actor, decision_id, ground, evidence)
             )
             if (
                 settles
@@ -185,6 +263,7 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
                 open_item if settles else None,
                 follow_up,
                 action=PROPOSE_RETRY if proposing else ask.action,
+                evidence=evidence,
             )
             if decision is None:
                 raise Superseded(target.id)
@@ -212,7 +291,7 @@ def _validate(target: Effect, ask: Ask) -> None:
         problems["reason"] = "every decision needs a reason"
     if ask.action == CONFIRM and not ask.provider_ref.strip():
         problems["provider_ref"] = "the provider's reference for what was done"
-    if ask.action in (CONFIRM, FAIL) and not ask.evidence.strip():
+    if ask.action in NEEDS_EVIDENCE and not ask.evidence.strip():
         problems["evidence"] = "what shows it (a provider record, a support reply)"
     if ask.action == RETRY and ask.verified_absent and not ask.evidence.strip():
         problems["evidence"] = "what shows the provider never received it"
@@ -242,6 +321,9 @@ def _manual_compensation(effect: Effect) -> bool:
 
 
 _PAST = {
+    NOT_DUPLICATE: "closed as not a duplicate",
+    ACCEPT_RECORD: "settled by the provider's record",
+    EXTRA_ATTEMPT: "given another attempt",
     CONFIRM: "confirmed",
     FAIL: "marked failed",
     RETRY: "retried",
@@ -253,7 +335,13 @@ _PAST = {
 
 
 def _carry_out(
-    target: Effect, ask: Ask, policy: Policy, actor: str, decision_id: uuid.UUID, ground: str
+    target: Effect,
+    ask: Ask,
+    policy: Policy,
+    actor: str,
+    decision_id: uuid.UUID,
+    ground: str,
+    evidence: Evidence,
 ) -> tuple[Effect, Effect | None]:
     """The target's side of the decision, inside the decision's transaction."""
     redact = policy.redactor
@@ -266,6 +354,28 @@ def _carry_out(
         }
     )
     reason = redact.text(ask.reason)[:2000]
+    if ask.action == NOT_DUPLICATE:
+        return target, None  # one charge after all: the item closes, nothing moves
+    if ask.action == ACCEPT_RECORD:
+        outcome = kinds.accepted_outcome(target, evidence)
+        if outcome is None:
+            return target, None  # settled already: the decision keeps the accepted record
+        changes = {"provider_ref": redact.text(evidence.record_ref)} if evidence.record_ref else {}
+        data["accepted_record_event"] = evidence.record.id if evidence.record else None
+        moved = transition(target, outcome, actor=actor, reason=reason, changes=changes, data=data)
+        return moved, None
+    if ask.action == EXTRA_ATTEMPT:
+        if target.status == Status.PLANNED:
+            return grant_attempt(target, actor=actor, reason=reason, data=data), None
+        changes = {
+            "max_attempts": SqlExpr("max_attempts + 1"),
+            "next_check_at": None,
+            "checks": 0,
+            "confirm_deadline": None,
+        }
+        return transition(
+            target, Status.PLANNED, actor=actor, reason=reason, changes=changes, data=data
+        ), None
     if ask.action == CONFIRM:
         if target.status == Status.PLANNED:
             # Carried out by hand: the operator held it (one attempt), then reports it done.
@@ -335,6 +445,7 @@ def _record(
     follow_up: Effect | None,
     *,
     action: str,
+    evidence: Evidence,
 ) -> Effect | None:
     """The operator's ask as a decision effect; None when another decision took its key."""
     asked = {
@@ -345,6 +456,7 @@ def _record(
         "verified_absent": ask.verified_absent,
         "force": ask.force,
         "expected_version": ask.expected_version,
+        "over_claim": ask.over_claim,
     }
     if ask.action == COMPENSATE:
         asked["compensation_tool"] = ask.compensation_tool
@@ -361,10 +473,20 @@ def _record(
             "evidence": ask.evidence,
             "ground": ground,
             "compensation": str(follow_up.id) if follow_up else None,
+            **(_accepted(evidence) if ask.action == ACCEPT_RECORD else {}),
         },
         review=review,
         decision_id=decision_id,
     )
+
+
+def _accepted(evidence: Evidence) -> dict[str, Any]:
+    """What an accepted record leaves in the decision: the record itself and where it came
+    from (a statement's line has no record event: the evidence text names it)."""
+    return {
+        "accepted_record": evidence.record_data.get("record"),
+        "accepted_record_event": evidence.record.id if evidence.record else None,
+    }
 
 
 def _summary(ask: Ask) -> str:

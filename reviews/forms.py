@@ -12,25 +12,32 @@ from django.utils import timezone
 
 from ledger.models import Tool
 from reviews.decisions import (
+    ACCEPT_RECORD,
     ACTIONS,
     APPROVE,
     CANCEL,
     COMPENSATE,
     CONFIRM,
+    EXTRA_ATTEMPT,
     FAIL,
+    NEEDS_EVIDENCE,
+    NOT_DUPLICATE,
     REJECT,
     RETRY,
     Ask,
 )
 
 _SHOWN = {
-    CONFIRM: ("provider_ref", "evidence", "reason", "confirm"),
-    FAIL: ("evidence", "reason", "confirm"),
-    RETRY: ("verified_absent", "evidence", "reason", "confirm"),
-    COMPENSATE: ("compensation_tool", "compensation_request", "force", "reason", "confirm"),
-    CANCEL: ("reason", "confirm"),
-    APPROVE: ("reason", "confirm"),
-    REJECT: ("reason", "confirm"),
+    CONFIRM: ("provider_ref", "evidence", "reason"),
+    FAIL: ("evidence", "reason"),
+    RETRY: ("verified_absent", "evidence", "reason"),
+    COMPENSATE: ("compensation_tool", "compensation_request", "force", "reason"),
+    CANCEL: ("reason",),
+    APPROVE: ("reason",),
+    REJECT: ("reason",),
+    NOT_DUPLICATE: ("evidence", "reason"),
+    ACCEPT_RECORD: ("evidence", "reason"),
+    EXTRA_ATTEMPT: ("reason",),
 }
 
 
@@ -58,17 +65,23 @@ class DecisionForm(forms.Form):
     force = forms.BooleanField(
         label="Compensate even though downstream effects may have acted on it", required=False
     )
-    confirm = forms.BooleanField(
-        label="I have checked the evidence; this decision cannot be undone", required=True
-    )
+    # Set by the confirmation (the page's dialog, or the server's confirmation step without
+    # JavaScript): a decision cannot be undone, so it is never recorded on the first click.
+    confirm = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    # Set when the asker confirmed deciding over another operator's claim on the item.
+    over_claim = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, action: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.action = action
         if action == CONFIRM:
             self.fields["provider_ref"].required = True
-        if action in (CONFIRM, FAIL):
+        if action in NEEDS_EVIDENCE:
             self.fields["evidence"].required = True
+
+    def confirmed(self) -> bool:
+        """Whether the asker confirmed the decision (valid forms only)."""
+        return bool(self.cleaned_data.get("confirm"))
 
     def shown(self) -> list[forms.BoundField]:
         """The fields this action asks for, in order."""
@@ -100,6 +113,7 @@ class DecisionForm(forms.Form):
             else "",
             compensation_request=data.get("compensation_request") or {},
             force=bool(data.get("force")) and self.action == COMPENSATE,
+            over_claim=bool(data.get("over_claim")),
         )
 
 

@@ -1,23 +1,240 @@
-"""The decision the evidence suggests for a review item, pre-filled."""
+"""The decision the evidence suggests for a review item, pre-filled.
+
+An operator should not have to type what the ledger already knows: where the evidence is
+conclusive the suggestion fills every field its decision requires (the provider's reference,
+evidence naming the event and what it found, a reason), so that the decision is one click and
+one confirmation. Where it is not, the suggestion still names the likely decision and fills
+what it can, and the operator adds what they checked.
+
+| the evidence                                     | suggested                               |
+| ------------------------------------------------ | --------------------------------------- |
+| duplicate item, one provider reference in all    | not_duplicate                           |
+| duplicate item, two or more references           | compensate (refund the other reference) |
+| mismatch item, the provider's record failed      | fail                                    |
+| mismatch item, otherwise                         | accept_record                           |
+| attempts exhausted, unknown, resend is safe      | extra_attempt                           |
+| attempts exhausted, planned (refused each time)  | cancel                                  |
+| a compensation to carry out by hand              | confirm (ref to fill in)                |
+| the latest lookup found it, confirmed / failed   | confirm with its ref / fail             |
+| the latest lookup proved absence, or a retry is  | retry                                   |
+|   safe by `ledger.recovery.retry_ground`         |                                         |
+
+A suggestion is made only for a decision the page offers (`reviews.decision_kinds.refusal`).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+
+from ledger.models import Effect, Reason, ReviewItem
+from ledger.recovery import database_now, retry_ground
+from ledger.states import Kind, Status
+from ledger.tools import policy_for
+from reviews import decision_kinds as kinds
+from reviews.decision_kinds import (
+    ACCEPT_RECORD,
+    CANCEL,
+    COMPENSATE,
+    CONFIRM,
+    EXTRA_ATTEMPT,
+    FAIL,
+    NOT_DUPLICATE,
+    RETRY,
+)
+from reviews.evidence import FAILED_STATUSES, NOT_FOUND, Evidence, evidence_for
 
 
 @dataclass(frozen=True)
 class Suggestion:
-    action: str  # one of reviews.decisions.ACTIONS (or a new kind)
+    action: str  # one of reviews.decisions.ACTIONS
     label: str  # what the button says, e.g. "Confirm (the lookup found ch_123)"
     initial: dict[str, Any] = field(default_factory=dict)  # the decision form's pre-filled fields
 
 
-def suggestion(effect: Any, item: Any) -> Suggestion | None:
+def suggestion(
+    effect: Effect, item: ReviewItem | None, evidence: Evidence | None = None
+) -> Suggestion | None:
+    """The decision the evidence suggests for `effect` with `item` open (None: no suggestion)."""
+    if item is None or effect.kind == Kind.DECISION:
+        return None
+    if evidence is None:
+        evidence = evidence_for([effect.id])[effect.id]
+    return _suggest(effect, item, evidence, database_now())
+
+
+def suggest_for_rows(items: Sequence[ReviewItem]) -> dict[int, Suggestion]:
+    """Suggestions for a page of queue rows, keyed by item id, in a constant number of queries:
+    the effects (unless the rows carry them), their evidence, the clock."""
+    if not items:
+        return {}
+    loaded = [i for i in items if "effect" in i._state.fields_cache]
+    effects = {i.effect_id: i.effect for i in loaded}
+    missing = [i.effect_id for i in items if i.effect_id not in effects]
+    effects.update(Effect.objects.in_bulk(missing))
+    evidence = evidence_for(effects)
+    now = database_now()
+    found: dict[int, Suggestion] = {}
+    for item in items:
+        effect = effects[item.effect_id]
+        if effect.kind != Kind.DECISION and (
+            made := _suggest(effect, item, evidence[effect.id], now)
+        ):
+            found[item.pk] = made
+    return found
+
+
+def _suggest(
+    effect: Effect, item: ReviewItem, evidence: Evidence, now: datetime
+) -> Suggestion | None:
+    made = _from_evidence(effect, item, evidence, now)
+    if made is None:
+        return None
+    ground = _ground(effect, evidence, now) if made.action == EXTRA_ATTEMPT else ""
+    if kinds.refusal(effect, item, made.action, evidence, ground) is not None:
+        return None
+    return made
+
+
+def _ground(effect: Effect, evidence: Evidence, now: datetime) -> str:
+    if effect.status == Status.PLANNED:
+        return "planned"
+    return retry_ground(
+        effect, policy_for(effect.tool), now=now, last_lookup=evidence.lookup_outcome
+    )
+
+
+def _from_evidence(
+    effect: Effect, item: ReviewItem, evidence: Evidence, now: datetime
+) -> Suggestion | None:
+    reason = item.reason
+    if reason == Reason.DUPLICATE:
+        return _duplicate(effect, evidence)
+    if reason in kinds.MISMATCH_REASONS:
+        return _mismatch(evidence)
+    if reason == Reason.ATTEMPTS_EXHAUSTED:
+        # A planned effect spent its attempts being refused before it was sent: one more is
+        # unlikely to fare better, so cancelling is suggested (one more attempt is offered).
+        if effect.status == Status.PLANNED:
+            return Suggestion(
+                CANCEL,
+                "Cancel (no attempts left)",
+                {"reason": "All attempts were refused before sending: cancelled."},
+            )
+        if _ground(effect, evidence, now):
+            return Suggestion(
+                EXTRA_ATTEMPT,
+                f"One more attempt ({effect.attempt} of {effect.max_attempts} used)",
+                {"reason": "Sending it again under the same key cannot do it twice."},
+            )
+        return None
+    if reason == Reason.MANUAL_EXECUTION and effect.status == Status.PLANNED:
+        return Suggestion(
+            CONFIRM, "Confirm (done by hand)", {"reason": "Carried out by hand by an operator."}
+        )
+    if effect.status not in (Status.UNKNOWN, Status.AWAITING_CONFIRMATION):
+        return None
+    lookup = evidence.lookup
+    if evidence.found_ref and lookup is not None:
+        status = str(lookup.data.get("status") or "")
+        cited = f"Lookup event {lookup.id}: the provider holds {evidence.found_ref} ({status})."
+        if status == Status.CONFIRMED:
+            return Suggestion(
+                CONFIRM,
+                f"Confirm (the lookup found {evidence.found_ref})",
+                {
+                    "provider_ref": evidence.found_ref,
+                    "evidence": cited,
+                    "reason": "The provider's lookup found it done.",
+                },
+            )
+        if status in FAILED_STATUSES:
+            return Suggestion(
+                FAIL,
+                f"Mark failed (the lookup found {evidence.found_ref} {status})",
+                {"evidence": cited, "reason": "The provider's lookup found it failed."},
+            )
+        return None
+    if effect.status != Status.UNKNOWN or effect.attempt >= effect.max_attempts:
+        return None
+    if evidence.lookup_outcome == NOT_FOUND or _ground(effect, evidence, now):
+        absent = (
+            f" (lookup event {lookup.id} found nothing)"
+            if lookup is not None and evidence.lookup_outcome == NOT_FOUND
+            else ""
+        )
+        return Suggestion(
+            RETRY,
+            "Retry (same idempotency key)",
+            {"reason": f"A retry under the same key cannot do it twice{absent}."},
+        )
     return None
 
 
-def suggest_for_rows(items: Sequence[Any]) -> dict[int, Suggestion]:
-    """Suggestions for a page of queue rows, keyed by item id, in a constant number of queries."""
-    return {}
+def _duplicate(effect: Effect, evidence: Evidence) -> Suggestion:
+    """One reference in all the evidence: the "duplicate" was the same charge reported twice.
+    Two or more: the provider holds another one, which is refunded by its reference."""
+    data = evidence.lookup.data if evidence.lookup is not None else {}
+    refs = [effect.provider_ref, *(data.get("refs") or []), evidence.found_ref, evidence.record_ref]
+    distinct = list(dict.fromkeys(r for r in refs if isinstance(r, str) and r))
+    cited = f"event {evidence.lookup.id}" if evidence.lookup is not None else "the evidence"
+    if len(distinct) <= 1:
+        ref = distinct[0] if distinct else "—"
+        return Suggestion(
+            NOT_DUPLICATE,
+            f"Not a duplicate: same charge ({ref})",
+            {
+                "evidence": f"Checked the provider: one charge, {ref} ({cited} names no other).",
+                "reason": "The provider holds one charge: not a duplicate.",
+            },
+        )
+    other = next(r for r in distinct if r != effect.provider_ref)
+    request: dict[str, Any] = {"charge": other}
+    if isinstance(effect.request, dict) and "amount" in effect.request:
+        request["amount"] = effect.request["amount"]
+    return Suggestion(
+        COMPENSATE,
+        f"Compensate (refund the second charge {other})",
+        {
+            "compensation_request": json.dumps(request, indent=2),
+            "compensation_tool": policy_for(effect.tool).compensated_by,
+            "reason": f"The provider charged twice ({', '.join(distinct)}); refund {other}.",
+        },
+    )
+
+
+def _mismatch(evidence: Evidence) -> Suggestion:
+    """The provider's record differs from ours: a record that failed means nothing was done;
+    any other is the provider's account of what was, accepted as it stands."""
+    record = evidence.record
+    if record is None:
+        return Suggestion(
+            ACCEPT_RECORD,
+            "Provider's record accepted",
+            {"reason": "The provider's record stands."},
+        )
+    differing = ", ".join(str(m) for m in evidence.record_data.get("mismatches") or [])
+    differs = f"differing from ours: {differing or 'some fields'}"
+    ref = evidence.record_ref or "its record"
+    if evidence.record_status in FAILED_STATUSES:
+        return Suggestion(
+            FAIL,
+            f"Mark failed (the provider's {ref} {evidence.record_status})",
+            {
+                "evidence": f"Event {record.id}: the provider's {ref} is "
+                f"{evidence.record_status}, {differs}.",
+                "reason": "The provider did not carry it out.",
+            },
+        )
+    return Suggestion(
+        ACCEPT_RECORD,
+        f"Provider's record accepted ({ref})",
+        {
+            "evidence": f"Event {record.id}: the provider's record {ref} "
+            f"({evidence.record_status or 'no status'}), {differs}.",
+            "reason": "The provider's record is what happened.",
+        },
+    )

@@ -1,0 +1,92 @@
+// Decisions on the effect page: one confirmation, in a <dialog> that names the decision and
+// the effect and shows what happens next, before a decision form is sent; and the result of a
+// decision focused and in view once it is swapped in.
+//
+// A decision form carries empty hidden `confirm` and `over_claim` inputs. The server records
+// nothing until `confirm` is set: without this script it answers with a confirmation step of
+// its own, so the no-JavaScript path asks once too. htmx asks us before each request
+// (htmx:confirm); we hold the request, open the dialog, and let it go once confirmed.
+(function () {
+  "use strict";
+
+  // The question names the provider reference the operator is confirming with.
+  function question(form) {
+    var text = form.dataset.question || "";
+    var ref = form.elements.provider_ref;
+    return text.replace("{ref}", ref && ref.value.trim() ? ref.value.trim() : "none given");
+  }
+
+  function openDialog(form, proceed) {
+    var dialog = form.querySelector("dialog.decide-dialog");
+    if (!dialog || typeof dialog.showModal !== "function") {
+      proceed(); // no dialog support: the server's confirmation step asks instead
+      return;
+    }
+    dialog.querySelector(".decide-question").textContent = question(form);
+    var confirmButton = dialog.querySelector("[data-dialog-confirm]");
+    var cancelButton = dialog.querySelector("[data-dialog-cancel]");
+    function done(confirmed) {
+      confirmButton.removeEventListener("click", onConfirm);
+      cancelButton.removeEventListener("click", onCancel);
+      dialog.removeEventListener("close", onClose);
+      if (dialog.open) dialog.close();
+      if (!confirmed) return;
+      form.elements.confirm.value = "on";
+      // The dialog said who holds the item and asked to decide anyway.
+      if (form.dataset.claim) form.elements.over_claim.value = "on";
+      proceed();
+    }
+    function onConfirm() { done(true); }
+    function onCancel() { done(false); }
+    function onClose() { done(false); }
+    confirmButton.addEventListener("click", onConfirm);
+    cancelButton.addEventListener("click", onCancel);
+    dialog.addEventListener("close", onClose);
+    dialog.showModal();
+    confirmButton.focus();
+  }
+
+  document.addEventListener("htmx:confirm", function (event) {
+    var elt = event.detail && event.detail.elt;
+    var form = elt && elt.closest ? elt.closest("form.decide-form") : null;
+    if (!form || form.elements.confirm.value === "on") return;
+    event.preventDefault();
+    if (!form.reportValidity()) return;
+    openDialog(form, function () { event.detail.issueRequest(true); });
+  });
+
+  // Whether the swap to come answers a decision (the page's live updates swap too, and must
+  // not move the operator's focus).
+  var decisionSent = false;
+
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var form = event.detail && event.detail.elt;
+    if (!form || !form.matches || !form.matches("form.decide-form")) return;
+    decisionSent = true;
+    // A request that did not swap (a network error) must not leave the form pre-confirmed.
+    if (form.isConnected) {
+      form.elements.confirm.value = "";
+      form.elements.over_claim.value = "";
+    }
+  });
+
+  // The outcome of a decision, where the operator will read it: focused (so that keyboard
+  // and screen-reader users land on it, not on <body>) and scrolled into view.
+  function focusResult(root) {
+    var shown = root.querySelector("#decision-result, #decision-problem, #confirm-step");
+    if (!shown) return;
+    if (!shown.hasAttribute("tabindex")) shown.setAttribute("tabindex", "-1");
+    shown.focus({ preventScroll: true });
+    shown.scrollIntoView({ block: "center" });
+  }
+
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!decisionSent) return;
+    decisionSent = false;
+    focusResult(document);
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    focusResult(document);
+  });
+})();

@@ -77,7 +77,6 @@ def test_confirming_records_a_decision_effect_moves_the_target_and_resolves_the_
     "missing",
     [
         {"reason": ""},
-        {"confirm": ""},
         {"provider_ref": ""},
         {"evidence": ""},
     ],
@@ -90,6 +89,23 @@ def test_an_incomplete_decision_is_refused_and_writes_nothing(olga, unknown, mis
     assert unknown.status == "unknown"
     assert decisions_on(unknown) == []
     assert ReviewItem.objects.get(effect=unknown).resolved_at is None
+
+
+def test_an_unconfirmed_decision_asks_once_more_and_records_nothing_until_confirmed(olga, unknown):
+    client = signed_in(olga)
+    fields = {"provider_ref": "ch_9", "evidence": "seen", "confirm": ""}
+    asked = post_decision(client, unknown, "confirm", **fields)
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert 'id="confirm-step"' in page
+    assert f"Confirm {unknown.effect_key} as done by the provider (ref ch_9)?" in page
+    unknown.refresh_from_db()
+    assert unknown.status == "unknown" and decisions_on(unknown) == []
+
+    confirmed = post_decision(client, unknown, "confirm", **{**fields, "confirm": "on"})
+    assert confirmed.status_code == 302
+    unknown.refresh_from_db()
+    assert unknown.status == "confirmed"
 
 
 def test_an_auditor_cannot_decide_even_with_a_forged_post(audrey, unknown):

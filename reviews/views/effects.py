@@ -6,10 +6,10 @@ import json
 import uuid
 from typing import Any
 
-from django.contrib import messages
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import jsonenc
@@ -30,9 +30,13 @@ from reconcilers.execution import can_execute
 from reviews import notes
 from reviews.access import actor, reader
 from reviews.approvals import waits_for_second_pair
-from reviews.decisions import COMPENSATE, allowed_actions
+from reviews.decision_kinds import claim_text
+from reviews.decisions import COMPENSATE, LABELS, AlreadyDecided, allowed_actions
 from reviews.decisions import decide as record_decision
+from reviews.evidence import Evidence, provider_refs
 from reviews.forms import DecisionForm, valid_action
+from reviews.preview import preview_for
+from reviews.suggest import suggestion
 from reviews.views.statements import shown_lines
 
 
@@ -124,27 +128,6 @@ def _compared(effect: Effect, events: list[EffectEvent]) -> dict[str, Any] | Non
     return {"event": event, "rows": rows, "record_redacted": _redacted(record)}
 
 
-def _provider_refs(effect: Effect, events: list[EffectEvent]) -> list[tuple[str, str]]:
-    """Every provider reference the evidence names, once each, with where it was first seen:
-    a duplicate is two references for one effect, and the operator compares them."""
-    found: dict[str, str] = {}
-
-    def add(ref: Any, where: str) -> None:
-        if isinstance(ref, str) and ref and ref not in found:
-            found[ref] = where
-
-    add(effect.provider_ref, "recorded on the effect")
-    for event in events:
-        data = event.data if isinstance(event.data, dict) else {}
-        where = f"event {event.id} ({event.kind}, {event.actor})"
-        refs = data.get("refs")
-        for ref in refs if isinstance(refs, list) else []:
-            add(ref, where)
-        add(data.get("provider_ref"), where)
-        add(data.get("recorded_ref"), f"{where}, as recorded")
-    return list(found.items())
-
-
 def _suggested_compensation(effect: Effect) -> str:
     """A starting point for the compensation request: undo by the provider's reference."""
     request: dict[str, Any] = {}
@@ -157,7 +140,67 @@ def _suggested_compensation(effect: Effect) -> str:
     return _pretty(request) if request else "{}"
 
 
-def _context(effect_id: uuid.UUID, user: Any, forms: dict[str, DecisionForm] | None = None) -> dict:
+def question(effect: Effect, action: str, ref: str = "{ref}") -> str:
+    """What the confirmation asks, naming the decision and the effect; `{ref}` stands for the
+    provider reference the operator typed (decide.js fills it in as they confirm)."""
+    key = effect.effect_key
+    return {
+        "confirm": f"Confirm {key} as done by the provider (ref {ref})?",
+        "fail": f"Mark {key} as failed: the provider did not carry it out?",
+        "retry": f"Retry {key}: back to planned, for its agent to send again under the same key?",
+        "compensate": f"Compensate {key}: undo it with a compensating effect?",
+        "cancel": f"Cancel {key}: it will never be sent?",
+        "approve": f"Approve {key} (four-eyes)?",
+        "reject": f"Reject {key} (four-eyes)?",
+        "not_duplicate": f"Close {key} as not a duplicate (same charge)? Nothing is refunded.",
+        "accept_record": f"Accept the provider's record for {key} as what happened?",
+        "extra_attempt": (
+            f"Give {key} one more attempt ({effect.max_attempts + 1} in all), back to planned?"
+        ),
+    }[action]
+
+
+def _decisions(
+    effect: Effect,
+    actions: list[str],
+    forms: dict[str, DecisionForm],
+    suggested: Any,
+    opened: str,
+) -> list[dict[str, Any]]:
+    """Each offered decision: its form (pre-filled where it is the suggested one), its
+    confirmation question, what happens after it, and whether it starts open."""
+    for action in actions:
+        if action not in forms:
+            initial: dict[str, Any] = {"version": effect.version}
+            if action == COMPENSATE:
+                initial["compensation_request"] = _suggested_compensation(effect)
+                initial["compensation_tool"] = policy_for(effect.tool).compensated_by
+            if suggested is not None and suggested.action == action:
+                initial.update(suggested.initial)
+            forms[action] = DecisionForm(initial=initial, action=action, auto_id=f"{action}_%s")
+    # The open decision (asked for, or suggested) first: on a phone it is the one in view.
+    ordered = sorted(actions, key=lambda a: a != opened)
+    return [
+        {
+            "action": action,
+            "form": forms[action],
+            "label": LABELS[action],
+            "question": question(effect, action),
+            "preview": preview_for(effect, action),
+            "suggested": suggested is not None and suggested.action == action,
+            "open": action == opened or bool(forms[action].errors),
+        }
+        for action in ordered
+    ]
+
+
+def _context(
+    effect_id: uuid.UUID,
+    user: Any,
+    forms: dict[str, DecisionForm] | None = None,
+    *,
+    opened: str = "",
+) -> dict:
     effect = get_object_or_404(
         Effect.objects.select_related("agent", "parent", "parent__agent"), pk=effect_id
     )
@@ -186,23 +229,27 @@ def _context(effect_id: uuid.UUID, user: Any, forms: dict[str, DecisionForm] | N
         .order_by("statement__period_start", "statement_id", "line_no")
     )
     open_item = next((r for r in reviews if r.resolved_at is None), None)
-    actions = allowed_actions(effect, user)
+    evidence = _evidence(events)
+    actions = allowed_actions(effect, user, item=open_item, evidence=evidence)
+    suggested = suggestion(effect, open_item, evidence)
+    if suggested is not None and suggested.action not in actions:
+        suggested = None
+    # ?decide=<action> opens that decision; otherwise the suggested one is open, ready.
+    if opened not in actions:
+        opened = suggested.action if suggested is not None else ""
     waits, asker = waits_for_second_pair(effect)
-    forms = forms or {}
-    for action in actions:
-        if action not in forms:
-            initial: dict[str, Any] = {"version": effect.version}
-            if action == COMPENSATE:
-                initial["compensation_request"] = _suggested_compensation(effect)
-                initial["compensation_tool"] = policy_for(effect.tool).compensated_by
-            forms[action] = DecisionForm(initial=initial, action=action, auto_id=f"{action}_%s")
+    claimed = (
+        open_item is not None
+        and open_item.assignee_id is not None
+        and open_item.assignee_id != getattr(user, "pk", None)
+    )
     return {
         "effect": effect,
         "events": events,
         "timeline": _timeline(events),
         "compared": _compared(effect, events),
         "provider_refs": (
-            _provider_refs(effect, events)
+            provider_refs(effect, events)
             if open_item is not None and open_item.reason == Reason.DUPLICATE
             else []
         ),
@@ -214,7 +261,10 @@ def _context(effect_id: uuid.UUID, user: Any, forms: dict[str, DecisionForm] | N
         "downstream": downstream,
         "reviews": reviews,
         "open_review": open_item,
-        "forms": [(action, forms[action]) for action in actions],
+        "decisions_offered": _decisions(effect, actions, forms or {}, suggested, opened),
+        "suggested": suggested,
+        # Another operator holds the open item: deciding over their claim is confirmed first.
+        "claim": claim_text(open_item) if claimed else "",
         # Four-eyes: who asked for what waits (the page tells them another operator decides).
         "four_eyes_asker": asker if waits else None,
         "executes": can_execute(effect.tool) if effect.kind == Kind.COMPENSATION else None,
@@ -227,39 +277,84 @@ def _context(effect_id: uuid.UUID, user: Any, forms: dict[str, DecisionForm] | N
     }
 
 
+def _evidence(events: list[EffectEvent]) -> Evidence:
+    """The latest lookup and provider record, from the events the page has read already."""
+    return Evidence(
+        lookup=next((e for e in reversed(events) if e.kind == EventKind.RECONCILIATION), None),
+        record=next(
+            (e for e in reversed(events) if isinstance(e.data, dict) and "record" in e.data), None
+        ),
+    )
+
+
+def _result(effect_id: uuid.UUID, decided: str) -> str:
+    """The result of the decision `decided` (an id from the URL after a decision), or ""."""
+    try:
+        decision = Effect.objects.filter(
+            pk=uuid.UUID(decided), parent_id=effect_id, kind=Kind.DECISION
+        ).first()
+    except ValueError:
+        return ""
+    if decision is None:
+        return ""
+    text = f"Decision recorded ({decision.provenance.get('action')}) as effect {decision.id}."
+    if follow_up := decision.provenance.get("compensation"):
+        text += f" Compensation {follow_up} recorded."
+    return text
+
+
 @require_GET
 @reader
 def detail(request: HttpRequest, effect_id: uuid.UUID) -> HttpResponse:
-    return render(request, "reviews/effect.html", _context(effect_id, request.user))
+    context = _context(effect_id, request.user, opened=request.GET.get("decide", ""))
+    context["result"] = _result(effect_id, request.GET.get("decided", ""))
+    return render(request, "reviews/effect.html", context)
 
 
 @require_POST
 @actor
 def decide(request: HttpRequest, effect_id: uuid.UUID, action: str) -> HttpResponse:
+    """Record the decision once it is confirmed; an unconfirmed post (no JavaScript, so no
+    dialog) gets the confirmation step, the same question the dialog asks."""
     if not valid_action(action):
         raise Http404("No such decision.")
-    get_object_or_404(Effect.objects.filter(~Q(kind=Kind.DECISION)), pk=effect_id)
+    effect = get_object_or_404(Effect.objects.filter(~Q(kind=Kind.DECISION)), pk=effect_id)
     form = DecisionForm(request.POST, action=action, auto_id=f"{action}_%s")
+    template = "reviews/effect.html#page" if request.htmx else "reviews/effect.html"
     status, problem = 422, ""
+    if form.is_valid() and not form.confirmed():
+        context = _context(effect_id, request.user, {action: form}, opened=action)
+        ref = form.cleaned_data.get("provider_ref") or ""
+        context["confirm_step"] = {
+            "action": action,
+            "label": LABELS[action],
+            "form": form,
+            "question": question(effect, action, ref),
+            "preview": preview_for(effect, action),
+        }
+        return render(request, template, context)
     if form.is_valid():
+        ask = form.to_ask()
         try:
-            decided = record_decision(effect_id, form.to_ask(), user=request.user)
+            decided = record_decision(effect_id, ask, user=request.user)
         except ValidationFailed as exc:
             for name, text in exc.extra.get("fields", {}).items():
                 form.add_error(name if name in form.fields else None, text)
+        except AlreadyDecided as exc:
+            # The loser's evidence is not lost: it stays on the item as a note.
+            notes.keep_lost_decision(effect_id, request.user, ask, exc)
+            status = exc.status
+            problem = f"{exc.detail} Your evidence was kept as a note on the item."
         except LedgerError as exc:
             status, problem = exc.status, exc.detail
         else:
-            note = f"Decision recorded ({action}) as effect {decided.decision.id}."
-            if decided.follow_up is not None:
-                note += f" Compensation {decided.follow_up.id} recorded."
-            messages.success(request, note)
-            if request.htmx:
-                context = _context(effect_id, request.user)
-                return render(request, "reviews/effect.html#page", context)
-            return redirect("effect", effect_id=effect_id)
+            if not request.htmx:
+                url = reverse("effect", kwargs={"effect_id": effect_id})
+                return redirect(f"{url}?decided={decided.decision.id}")
+            context = _context(effect_id, request.user)
+            context["result"] = _result(effect_id, str(decided.decision.id))
+            return render(request, "reviews/effect.html#page", context)
     # A refusal (409) means the effect moved on: show it as it is now, with fresh forms.
-    context = _context(effect_id, request.user, None if problem else {action: form})
+    context = _context(effect_id, request.user, None if problem else {action: form}, opened=action)
     context["problem"], context["problem_action"] = problem, action
-    template = "reviews/effect.html#page" if request.htmx else "reviews/effect.html"
     return render(request, template, context, status=status)

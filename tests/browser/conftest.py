@@ -190,24 +190,19 @@ def path_of(page: Page) -> str:
 def fill_decision(
     page: Page, action: str, *, reason: str, ref: str = "", evidence: str = ""
 ) -> None:
-    """Open the decision's disclosure and fill its form, ticking the required check."""
+    """Open the decision's disclosure (unless it is already open) and fill its form."""
     decision = page.locator(f"#decide-{action}")
-    decision.locator("summary").click()
+    if decision.get_attribute("open") is None:
+        decision.locator("summary").click()
     if ref:
         decision.get_by_role("textbox", name="Provider reference").fill(ref)
     if evidence:
         decision.get_by_role("textbox", name="Evidence").fill(evidence)
     decision.get_by_role("textbox", name="Reason").fill(reason)
-    decision.get_by_label("I have checked the evidence; this decision cannot be undone").check()
 
 
-def accept_dialogs(page: Page) -> list[str]:
-    """Accept every confirm() the page opens (htmx's hx-confirm); returns their messages."""
-    seen: list[str] = []
-
-    def accept(dialog) -> None:
-        seen.append(dialog.message)
-        dialog.accept()
-
-    page.on("dialog", accept)
-    return seen
+def confirm_decision(page: Page, action: str) -> None:
+    """Submit the decision's form, then confirm it in the dialog that names it."""
+    decision = page.locator(f"#decide-{action}")
+    decision.locator("button[data-decide-submit]").click()
+    decision.locator("dialog [data-dialog-confirm]").click()

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem, Tool
 from ledger.reviewqueue import open_review
 from ledger.states import Kind
-from tests.browser.conftest import accept_dialogs, fill_decision, nav
+from tests.browser.conftest import confirm_decision, fill_decision, nav
 
 pytestmark = pytest.mark.browser
 
@@ -34,8 +34,7 @@ def test_the_proposer_cannot_approve_their_retry_and_the_second_operator_does(
     page.locator("#decide-retry").get_by_label(
         "I checked with the provider: it never received this request"
     ).check()
-    accept_dialogs(page)
-    page.get_by_role("button", name="Record decision: retry").click()
+    confirm_decision(page, "retry")
 
     expect(page.locator("#four-eyes")).to_contain_text("another operator must decide")
     expect(page.locator("#effect-status")).to_have_text("unknown")
@@ -47,8 +46,7 @@ def test_the_proposer_cannot_approve_their_retry_and_the_second_operator_does(
     other.goto(f"/effects/{email.id}/")
     expect(other.locator("#four-eyes")).to_contain_text("olga asked for it")
     fill_decision(other, "approve", reason="Relay log agrees: not sent")
-    accept_dialogs(other)
-    other.get_by_role("button", name="Record decision: approve").click()
+    confirm_decision(other, "approve")
 
     expect(other.locator("#effect-status")).to_have_text("planned")
     expect(other.locator("#four-eyes")).to_have_count(0)
@@ -76,8 +74,7 @@ def test_an_effect_above_the_threshold_waits_in_the_queue_until_an_operator_appr
     row.get_by_role("link", name="Open").click()
     expect(page.locator("#effect-status")).to_have_text("awaiting_approval")
     fill_decision(page, "approve", reason="Customer confirmed the large order by phone")
-    accept_dialogs(page)
-    page.get_by_role("button", name="Record decision: approve").click()
+    confirm_decision(page, "approve")
 
     expect(page.locator("#effect-status")).to_have_text("planned")
     assert decisions_on(effect) == ["approve"]

@@ -13,8 +13,6 @@ from ledger.reviewqueue import open_review
 from ledger.states import Kind
 from tests.browser.conftest import (
     SCREENSHOTS,
-    accept_dialogs,
-    fill_decision,
     log_in,
     nav,
     path_of,
@@ -62,6 +60,31 @@ def focused(page: Page) -> dict:
     )
 
 
+def fill_decision(
+    page: Page, action: str, *, reason: str, ref: str = "", evidence: str = ""
+) -> None:
+    """Open the decision's disclosure (unless it is open already) and fill its form."""
+    decision = page.locator(f"#decide-{action}")
+    if decision.get_attribute("open") is None:
+        decision.locator("summary").click()
+    if ref:
+        decision.get_by_role("textbox", name="Provider reference").fill(ref)
+    if evidence:
+        decision.get_by_role("textbox", name="Evidence").fill(evidence)
+    decision.get_by_role("textbox", name="Reason").fill(reason)
+
+
+def send_and_confirm(page: Page, action: str) -> str:
+    """Send the decision and confirm it in its dialog; returns what the dialog asked."""
+    decision = page.locator(f"#decide-{action}")
+    decision.get_by_role("button", name=f"Record decision: {action}").click()
+    dialog = decision.locator("dialog.decide-dialog")
+    expect(dialog).to_be_visible()
+    asked = dialog.locator(".decide-question").inner_text()
+    dialog.locator("[data-dialog-confirm]").click()
+    return asked
+
+
 def assert_focus_ring(page: Page) -> None:
     ring = focused(page)
     assert ring["outline"] != "none" and ring["outlineWidth"] >= 2, ring
@@ -83,10 +106,10 @@ def test_an_operator_confirms_an_unknown_effect_found_in_the_queue(
     expect(row).to_have_attribute("data-effect", str(unknown.id))
     row.get_by_role("button", name="Claim").click()
     # The row is swapped in place: olga holds it now, and it offers no second claim.
-    expect(row.get_by_role("cell").nth(7)).to_have_text("olga")
+    expect(row.locator("td.who")).to_have_text("olga")
     expect(row.get_by_role("button", name="Claim")).to_have_count(0)
     assert ReviewItem.objects.get(effect=unknown).assignee == olga
-    row.get_by_role("link", name="Open").click()
+    row.locator("a[data-open]").click()
 
     expect(page).to_have_url(re.compile(f"/effects/{unknown.id}/$"))
     expect(page.locator("#effect-status")).to_have_text("unknown")
@@ -97,12 +120,11 @@ def test_an_operator_confirms_an_unknown_effect_found_in_the_queue(
         evidence="Provider dashboard shows ch_3Pq9Z captured",
         reason="Charge found at the provider",
     )
-    dialogs = accept_dialogs(page)
-    page.get_by_role("button", name="Record decision: confirm").click()
+    asked = send_and_confirm(page, "confirm")
 
     expect(page.locator("#effect-status")).to_have_text("confirmed")
-    assert dialogs == ["Record this decision? It cannot be undone."]
-    expect(page.locator("#effect-page")).to_contain_text("Decision recorded (confirm)")
+    assert asked == "Confirm order-7:charge as done by the provider (ref ch_3Pq9Z)?"
+    expect(page.locator("#decision-result")).to_contain_text("Decision recorded (confirm)")
     decision_row = page.locator("#linked tr.decision")
     expect(decision_row).to_contain_text("decision: confirm")
     expect(decision_row).to_contain_text("operator:olga")
@@ -133,10 +155,12 @@ def test_two_operators_deciding_at_once_record_one_decision_and_the_other_learns
         fill_decision(
             page, "confirm", ref=f"ref-{name}", evidence=f"{name} saw it", reason=f"{name} checked"
         )
-        accept_dialogs(page)
-    # Both submit before either answer is in: the two requests race on the server.
+        page.locator("#decide-confirm").get_by_role(
+            "button", name="Record decision: confirm"
+        ).click()
+    # Both confirm before either answer is in: the two requests race on the server.
     for page in pages.values():
-        page.get_by_role("button", name="Record decision: confirm").click()
+        page.locator("#decide-confirm dialog [data-dialog-confirm]").click()
     for page in pages.values():
         expect(page.locator("#effect-status")).to_have_text("confirmed")
 
@@ -146,6 +170,9 @@ def test_two_operators_deciding_at_once_record_one_decision_and_the_other_learns
     expect(pages[loser].locator("#decision-problem")).to_contain_text(
         f"Already decided by {winner}"
     )
+    # The loser is told their evidence was kept, and has the focus on what they are told.
+    expect(pages[loser].locator("#decision-problem")).to_contain_text("kept as a note")
+    expect(pages[loser].locator("#decision-problem")).to_be_focused()
     expect(pages[winner].locator("#decision-problem")).to_have_count(0)
     unknown.refresh_from_db()
     assert unknown.provider_ref == f"ref-{winner}"
@@ -182,7 +209,8 @@ def test_the_keyboard_reaches_the_login_form_and_a_decision_in_order(open_page, 
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Overview", level=1)).to_be_visible()
 
-    page.goto(f"/effects/{unknown.id}/")
+    # ?decide=confirm opens the confirmation's form (retry is the suggested one here).
+    page.goto(f"/effects/{unknown.id}/?decide=confirm")
     page.keyboard.press("Tab")
     expect(skip).to_be_focused()
     page.keyboard.press("Enter")
@@ -193,7 +221,6 @@ def test_the_keyboard_reaches_the_login_form_and_a_decision_in_order(open_page, 
     summary = page.locator("#decide-confirm summary")
     expect(summary).to_be_focused()
     assert_focus_ring(page)
-    page.keyboard.press("Enter")
     expect(page.locator("#decide-confirm")).to_have_attribute("open", "")
 
     decision = page.locator("#decide-confirm")
@@ -203,15 +230,14 @@ def test_the_keyboard_reaches_the_login_form_and_a_decision_in_order(open_page, 
         assert_focus_ring(page)
         page.keyboard.type(f"{label} typed")
     page.keyboard.press("Tab")
-    check = decision.get_by_label("I have checked the evidence; this decision cannot be undone")
-    expect(check).to_be_focused()
-    page.keyboard.press("Space")
-    expect(check).to_be_checked()
-    page.keyboard.press("Tab")
     expect(decision.get_by_role("button", name="Record decision: confirm")).to_be_focused()
-    accept_dialogs(page)
+    page.keyboard.press("Enter")
+    # The dialog opens with its confirm button focused: Enter confirms.
+    confirm = decision.locator("dialog [data-dialog-confirm]")
+    expect(confirm).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("#effect-status")).to_have_text("confirmed")
+    expect(page.locator("#decision-result")).to_be_focused()
     assert decisions_on(unknown)[0].provenance["reason"] == "Reason typed"
 
 
@@ -222,19 +248,26 @@ def test_without_javascript_an_operator_signs_in_filters_and_decides(
 
     nav(page, "Review queue")
     page.get_by_label("Effect status").select_option("unknown")
-    page.get_by_role("button", name="Apply").click()
+    page.get_by_role("button", name="Apply", exact=True).click()
     expect(page).to_have_url(re.compile(r"[?&]status=unknown(&|$)"))
     expect(item_row(page, elsewhere)).to_have_count(0)
-    item_row(page, unknown).get_by_role("link", name="Open").click()
+    item_row(page, unknown).locator("a[data-open]").click()
 
     fill_decision(
         page, "confirm", ref="ch_nojs", evidence="Seen in the provider's export", reason="Found"
     )
+    # Without a dialog, the server asks once: a confirmation step, which records nothing yet.
     with page.expect_navigation():
         page.get_by_role("button", name="Record decision: confirm").click()
-    assert path_of(page) == f"/effects/{unknown.id}/"
+    step = page.locator("#confirm-step")
+    expect(step).to_contain_text("Confirm order-7:charge as done by the provider (ref ch_nojs)?")
+    assert decisions_on(unknown) == []
+    with page.expect_navigation():
+        step.get_by_role("button", name="Yes, record").click()
+    # Redirected after the post, to the page that names the decision it recorded.
+    assert path_of(page).startswith(f"/effects/{unknown.id}/?decided=")
     expect(page.locator("#effect-status")).to_have_text("confirmed")
-    expect(page.get_by_role("status")).to_contain_text("Decision recorded (confirm)")
+    expect(page.locator("#decision-result")).to_contain_text("Decision recorded (confirm)")
     (decision,) = decisions_on(unknown)
     assert decision.provenance["actor"] == "operator:olga"
     assert ReviewItem.objects.get(effect=unknown).resolved_by == olga
@@ -260,8 +293,15 @@ def test_the_pages_load_htmx_from_static_and_break_no_content_security_rule(
         assert response is not None and response.status == 200
         assert "script-src 'self'" in response.headers["content-security-policy"]
         assert page.evaluate("typeof htmx") == "object", path
-        scripts = page.locator("script").evaluate_all("els => els.map(e => e.src)")
-        assert scripts == [f"{live_server.url}/static/vendor/htmx-2.0.11.min.js"], scripts
+        scripts = page.locator("script").evaluate_all(
+            "els => els.map(e => [e.src, e.defer, e.textContent.trim()])"
+        )
+        # Every script a deferred static file, none inline; htmx first.
+        assert scripts[0][0] == f"{live_server.url}/static/vendor/htmx-2.0.11.min.js", scripts
+        assert all(
+            src.startswith(f"{live_server.url}/static/") and deferred and not body
+            for src, deferred, body in scripts
+        ), scripts
         shot = SCREENSHOTS / f"{name}.png"
         page.screenshot(path=shot, full_page=True)
         assert shot.read_bytes().startswith(b"\x89PNG")
