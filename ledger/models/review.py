@@ -82,6 +82,9 @@ class ReviewItem(models.Model):
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
     )
+    # When the assignee took it (a claim or an assignment): the effect page shows the claim as
+    # a soft lock, "olga is working on this since 10:02". NULL while nobody holds it.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
