@@ -1,4 +1,4 @@
-"""The review queue's filters, and who may be assigned its items."""
+"""The review queue's filters (and its exact-match search), and who may be assigned its items."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from django.utils import timezone
 from ledger.models import Mode, Reason, ReviewItem, Severity
 from ledger.roles import ADMIN, OPERATOR
 from ledger.states import Status
+from reviews.queue import search
 
 AGES = [
     ("lt1d", "Under a day"),
@@ -49,6 +50,12 @@ def operators() -> QuerySet[User]:
 
 
 class QueueFilter(django_filters.FilterSet):
+    q = django_filters.CharFilter(
+        label="Search",
+        method="filter_search",
+        max_length=500,
+        help_text="an effect id, idempotency key, provider reference, target or run, exactly",
+    )
     state = django_filters.ChoiceFilter(
         label="Items",
         choices=[("open", "Open"), ("resolved", "Resolved"), ("all", "All")],
@@ -103,6 +110,9 @@ class QueueFilter(django_filters.FilterSet):
         if value == "resolved":
             return queryset.filter(resolved_at__isnull=False)
         return queryset
+
+    def filter_search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return search(queryset, value) if value.strip() else queryset
 
     def filter_age(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         now = timezone.now()

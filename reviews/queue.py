@@ -1,5 +1,6 @@
-"""The review queue: one page of it, and who works on an item (claiming and assigning; opening
-one is `ledger.reviewqueue`).
+"""The review queue: one page of it, its exact-match search, what a row shows, the page's
+fingerprint for live refreshes, and who works on an item (claiming and assigning; opening one is
+`ledger.reviewqueue`).
 
 A page is read in two steps so that its cost does not grow with the queue: the ids of the page's
 items are selected from the review-item table alone (every filter but the effect's status reads
@@ -11,25 +12,52 @@ the queue shows. How many items match is counted only up to `COUNT_CAP`: past it
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Now
+from django.utils import timezone
 
-from ledger.models import ReviewItem
+from ledger.iso4217 import major_units
+from ledger.models import Effect, ReviewItem
+from reviews.suggest import suggest_for_rows
 
 PAGE_SIZE = 50
 COUNT_CAP = 10_000
 # Past the count's cap a page number is trusted as given, up to this (an OFFSET stays an int).
 LAST_PAGE = 1_000_000
 
-# What a row of the queue shows: the item, its effect's key and status, the agent's and the
-# people's names. Everything else (requests, responses, provenance) stays in the database.
+# Matching effects a search looks at, at most: an exact match on a target or a run can name
+# many effects, and the page shows 50 of their items anyway.
+SEARCH_LIMIT = 1_000
+
+# What a row of the queue shows: the item, its effect's key, status, version (for the live
+# fingerprint) and what is at stake, the agent's and the people's names; and what the row's
+# suggestion weighs (`reviews.suggest`: attempts, tool, reference, age, and the request, whose
+# amount a suggested refund repeats). Everything else (responses, provenance) stays in the
+# database.
 _SHOWN = (
     "effect",
     "effect__effect_key",
     "effect__status",
+    "effect__version",
+    "effect__target",
+    "effect__amount_minor",
+    "effect__currency",
+    "effect__kind",
+    "effect__tool",
+    "effect__attempt",
+    "effect__max_attempts",
+    "effect__provider_ref",
+    "effect__created_at",
+    "effect__request",
+    "effect_created_at",
     "reason",
     "severity",
     "opened_at",
@@ -122,17 +150,88 @@ def rows(ids: Sequence[int]) -> list[ReviewItem]:
     return [by_id[pk] for pk in ids if pk in by_id]
 
 
+def dress(items: Sequence[ReviewItem], now: datetime | None = None) -> None:
+    """Give each row what it shows beyond its columns: the effect's real age, what is at stake,
+    and the decision the evidence suggests (one batch of queries for the whole page,
+    `reviews.suggest.suggest_for_rows`)."""
+    now = now or timezone.now()
+    suggestions = suggest_for_rows(items) if items else {}
+    for item in items:
+        effect = item.effect
+        item.age = age(item.effect_created_at or item.opened_at, now)
+        item.amount = (
+            major_units(effect.amount_minor, effect.currency)
+            if effect.amount_minor is not None and effect.currency
+            else ""
+        )
+        item.suggested = suggestions.get(item.pk)
+
+
+def age(since: datetime, now: datetime) -> str:
+    """How long ago, in the unit an operator weighs it in: "12 min", "25 h", "9 d". An item
+    escalated after a day reads "25 h", not the "0 minutes" since it was opened."""
+    seconds = max(0, int((now - since).total_seconds()))
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 72 * 3600:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+def search_effects(text: str) -> QuerySet[Effect]:
+    """Effects whose id, idempotency key, provider reference, target or run is exactly `text`.
+    Each is an indexed equality (the primary key, effect_idem_key_idx, effect_provider_ref_idx,
+    effect_target_idx, effect_run_idx), so PostgreSQL ORs five index scans; a text that is not
+    a UUID simply does not look at the ids."""
+    text = text.strip()
+    match = Q(idempotency_key=text) | Q(provider_ref=text) | Q(target=text) | Q(run_id=text)
+    with contextlib.suppress(ValueError):
+        match |= Q(pk=uuid.UUID(text))
+    return Effect.objects.filter(match)
+
+
+def search(items: QuerySet[ReviewItem], text: str) -> QuerySet[ReviewItem]:
+    """The items of the effects `text` names exactly (through the items' effect index)."""
+    found = search_effects(text).values("id")[:SEARCH_LIMIT]
+    return items.filter(effect__in=found)
+
+
+def unlisted(items: QuerySet[ReviewItem], text: str, limit: int = 10) -> list[Effect]:
+    """Effects the search names whose items `items` (the queue's filtered set) does not hold:
+    no review item at all, or one the state filter leaves out. The page links them."""
+    listed = items.order_by().values("effect_id")
+    found = search_effects(text).exclude(pk__in=listed).only("id", "effect_key", "status")
+    return list(found.order_by("created_at")[:limit])
+
+
+def fingerprint(page: QueuePage) -> str:
+    """A digest of what the page shows that someone else's action changes: which items, their
+    effects' versions (every transition bumps one), who holds them, whether they are resolved.
+    A live refresh whose fingerprint is unchanged answers 204 and swaps nothing."""
+    parts = [str(page.count), str(page.number)]
+    for item in page.items:
+        parts.append(
+            f"{item.pk}:{item.effect.version}:{item.assignee_id}:{item.resolved_at}:{item.severity}"
+        )
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
 def claim_item(item: ReviewItem, user: Any) -> Any:
     """Take an open, unassigned item. Returns who holds it now (the caller, or whoever was
-    first: the conditional UPDATE lets exactly one of two simultaneous claims through)."""
+    first: the conditional UPDATE lets exactly one of two simultaneous claims through). The
+    claim's time is the database's, as every other time on the item."""
     ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True, assignee__isnull=True).update(
-        assignee=user
+        assignee=user, claimed_at=Now()
     )
     return ReviewItem.objects.select_related("assignee").get(pk=item.pk).assignee
 
 
 def assign_item(item: ReviewItem, assignee: Any) -> bool:
-    """Hand an open item to someone (reassigning is allowed). False when it was resolved."""
+    """Hand an open item to someone (reassigning is allowed). False when it was resolved.
+    The new holder's claim starts now: the effect page says since when they work on it."""
+    held_since = Now() if assignee is not None else None
     return bool(
-        ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True).update(assignee=assignee)
+        ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True).update(
+            assignee=assignee, claimed_at=held_since
+        )
     )

@@ -1,21 +1,173 @@
-"""Many review items at once: bulk assignment and decisions, and saved queue filters."""
+"""Many review items at once (`reviews.bulk`): choose, confirm on a page that says how many items
+and which decision, then see each item's outcome; and an operator's saved queue filters.
+
+Plain form posts and full pages, so they work without JavaScript; the progress page of a
+background job polls with htmx until the job is done."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
+import contextlib
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from ledger.models import ReviewItem
+from reviews.access import actor, reader
+from reviews.bulk import ASSIGN, INLINE_LIMIT, Request, apply, expire_lost, problems, start_job
+from reviews.decisions import LABELS
+from reviews.filters import QueueFilter, operators
+from reviews.models import BulkJob, SavedFilter
+from reviews.queue import COUNT_CAP
+
+NAME_MAX = SavedFilter._meta.get_field("name").max_length
+QUERY_MAX = SavedFilter._meta.get_field("query").max_length
 
 
+class BadChoice(ValueError):
+    """The form names items, a filter or an operator that cannot be used: a 400."""
+
+
+def _selected(request: HttpRequest) -> list[int]:
+    """The items the form names: the ticked rows, or every item the given filter matches (up
+    to the queue's count cap)."""
+    if request.POST.get("scope") == "all":
+        filters = QueueFilter(
+            QueryDict(request.POST.get("query", "")),
+            queryset=ReviewItem.objects.all(),
+            user=request.user,
+        )
+        if not filters.is_valid():
+            raise BadChoice("The filter is not valid.")
+        return list(filters.qs.values_list("id", flat=True)[:COUNT_CAP])
+    try:
+        ids = list(dict.fromkeys(int(v) for v in request.POST.getlist("items")))
+    except ValueError:
+        raise BadChoice("Items are named by their numbers.") from None
+    if len(ids) > COUNT_CAP:
+        raise BadChoice(f"At most {COUNT_CAP} items at once.")
+    return ids
+
+
+def _asked(request: HttpRequest) -> Request:
+    action = request.POST.get("action", "")
+    assignee = None
+    if action == ASSIGN:
+        try:
+            assignee = operators().filter(pk=int(request.POST.get("assignee", ""))).first()
+        except ValueError:
+            raise BadChoice("Choose an operator to assign.") from None
+        if not isinstance(assignee, User):
+            raise BadChoice("That user cannot be assigned review items.")
+    return Request(
+        action=action,
+        reason=request.POST.get("reason", "").strip(),
+        evidence=request.POST.get("evidence", "").strip(),
+        assignee=assignee,
+    )
+
+
+def _what(ask: Request) -> str:
+    if ask.action == ASSIGN and ask.assignee is not None:
+        return f"Assign to {ask.assignee.get_username()}"
+    return LABELS.get(ask.action, ask.action)
+
+
+@require_POST
+@actor
 def start(request: HttpRequest) -> HttpResponse:
-    return HttpResponseNotFound()
+    """First post: the confirmation page. Second (confirmed=1): up to `INLINE_LIMIT` items run
+    now and their outcomes are shown; more run as a background job."""
+    try:
+        ids = _selected(request)
+        ask = _asked(request)
+    except BadChoice as exc:
+        return render(request, "reviews/bulk.html", {"error": str(exc)}, status=400)
+    wrong = problems(ask)
+    if not ids:
+        wrong["items"] = "select at least one item"
+    context = {
+        "ask": ask,
+        "what": _what(ask),
+        "count": len(ids),
+        "inline_limit": INLINE_LIMIT,
+        "post": request.POST,
+        "items": request.POST.getlist("items"),
+        "problems": sorted(wrong.items()),
+    }
+    if wrong:
+        return render(request, "reviews/bulk.html", context, status=400)
+    if request.POST.get("confirmed") != "1":
+        return render(request, "reviews/bulk.html", context)
+    if len(ids) > INLINE_LIMIT:
+        with transaction.atomic():
+            job = start_job(ids, ask, request.user)
+        return redirect("queue-bulk-progress", bulk_id=job.pk)
+    outcomes = apply(ids, ask, request.user)
+    return render(
+        request,
+        "reviews/bulk_result.html",
+        {
+            "what": _what(ask),
+            "outcomes": outcomes,
+            "done": sum(o.done for o in outcomes),
+            "skipped": sum(not o.done for o in outcomes),
+        },
+    )
 
 
-def progress(request: HttpRequest, job_id: int) -> HttpResponse:
-    return HttpResponseNotFound()
+@require_GET
+@actor
+def progress(request: HttpRequest, bulk_id: int) -> HttpResponse:
+    job = expire_lost(get_object_or_404(BulkJob, pk=bulk_id, created_by=request.user))
+    outcomes = job.results
+    done = sum(1 for o in outcomes if o["done"])
+    context = {
+        "job": job,
+        "what": _what(Request(job.action, assignee=job.assignee)),
+        "total": len(job.item_ids),
+        "reached": len(outcomes),
+        "done": done,
+        "skipped": len(outcomes) - done,
+        "outcomes": outcomes,
+    }
+    template = "reviews/bulk_job.html#progress" if request.htmx else "reviews/bulk_job.html"
+    return render(request, template, context)
 
 
+@require_POST
+@reader
 def save_filter(request: HttpRequest) -> HttpResponse:
-    return HttpResponseNotFound()
+    """Save the queue's current query under a name (the same name replaces it)."""
+    name = request.POST.get("name", "").strip()
+    query = QueryDict(request.POST.get("query", "").lstrip("?"), mutable=True)
+    for transient in ("page", "live"):
+        query.pop(transient, None)
+    encoded = query.urlencode()
+    if not name or len(name) > NAME_MAX:
+        return HttpResponse(f"Name the filter (at most {NAME_MAX} characters).", status=400)
+    if len(encoded) > QUERY_MAX:
+        return HttpResponse("That filter is too long to save.", status=400)
+    if not QueueFilter(query, queryset=ReviewItem.objects.none()).is_valid():
+        return HttpResponse("That filter is not valid.", status=400)
+    # Saved twice at once under a new name: one insert wins, and the other stands.
+    with contextlib.suppress(IntegrityError):
+        SavedFilter.objects.update_or_create(
+            owner=request.user, name=name, defaults={"query": encoded}
+        )
+    messages.success(request, f"Saved filter “{name}”.")
+    return redirect(f"{reverse('queue')}?{encoded}")
 
 
+@require_POST
+@reader
 def delete_filter(request: HttpRequest, filter_id: int) -> HttpResponse:
-    return HttpResponseNotFound()
+    """Delete one of the operator's own saved filters; anyone else's is not found."""
+    saved = get_object_or_404(SavedFilter, pk=filter_id, owner=request.user)
+    saved.delete()
+    messages.success(request, f"Deleted filter “{saved.name}”.")
+    return redirect("queue")

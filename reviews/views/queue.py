@@ -1,4 +1,5 @@
-"""The review queue: open items, filtered, sorted and paged; claim and assign in place."""
+"""The review queue: open items, filtered, searched, sorted and paged; claim and assign in place;
+a live refresh that swaps the rows only when they changed."""
 
 from __future__ import annotations
 
@@ -8,12 +9,25 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import Incident, ReviewItem
 from reviews.access import actor, reader
+from reviews.bulk import INLINE_LIMIT, KINDS
+from reviews.decisions import LABELS
 from reviews.filters import QueueFilter, operators
-from reviews.queue import assign_item, claim_item, open_page, page_number, rows
+from reviews.models import SavedFilter
+from reviews.queue import (
+    assign_item,
+    claim_item,
+    dress,
+    fingerprint,
+    open_page,
+    page_number,
+    rows,
+    unlisted,
+)
 
 
 @require_GET
@@ -23,17 +37,33 @@ def queue(request: HttpRequest) -> HttpResponse:
     if not filters.is_valid():
         return render(request, "reviews/queue.html", {"filters": filters, "page": None}, status=400)
     page = open_page(filters.qs, page_number(request.GET.get("page")))
-    query = request.GET.copy()
+    seen = fingerprint(page)
+    # The page's live poll (hx-trigger every few seconds) names what it shows; nothing changed
+    # means nothing to swap, so the operator's selection and focus stay as they are.
+    if request.htmx and request.GET.get("live") == seen:
+        return HttpResponse(status=204)
+    dress(page.items)
+    shown = request.GET.copy()
+    shown.pop("live", None)
+    query = shown.copy()
     query.pop("page", None)
+    searched = filters.form.cleaned_data.get("q") or ""
     context = {
         "filters": filters,
         "page": page,
         "query": query.urlencode(),
-        "back": request.get_full_path(),  # where a claim or assignment without htmx returns
+        "fingerprint": seen,
+        "updated": timezone.localtime(),
+        # Where a claim or assignment without htmx returns: this page, as the address shows it.
+        "back": f"{request.path}?{shown.urlencode()}",
         "operators": list(operators().values_list("id", "username")),
         "resolve_hours": settings.LEDGER_RESOLVE_WITHIN // 3600,
         # The incidents' place in the queue: a count over incident_open_idx, and a link.
         "open_incidents": Incident.objects.filter(acknowledged_at__isnull=True).count(),
+        "unlisted": unlisted(filters.qs, searched) if searched.strip() else [],
+        "saved_filters": list(SavedFilter.objects.filter(owner=request.user)),
+        "bulk_kinds": [(kind, LABELS[kind]) for kind in KINDS],
+        "inline_limit": INLINE_LIMIT,
     }
     template = "reviews/queue.html#results" if request.htmx else "reviews/queue.html"
     return render(request, template, context)
@@ -43,6 +73,7 @@ def _row(request: HttpRequest, item: ReviewItem, note: str = "") -> HttpResponse
     """htmx gets the updated row; a plain form post goes back to the queue."""
     if request.htmx:
         shown = rows([item.pk])
+        dress(shown)
         context = {
             "item": shown[0],
             "note": note,
@@ -53,7 +84,7 @@ def _row(request: HttpRequest, item: ReviewItem, note: str = "") -> HttpResponse
     if note:
         messages.warning(request, note)
     target = request.POST.get("next", "")
-    return redirect(target if target.startswith("/queue/") else reverse("queue"))
+    return redirect(target if target.startswith(("/queue/", "/effects/")) else reverse("queue"))
 
 
 @require_POST

@@ -1,0 +1,239 @@
+"""Many review items at once: one assignment, or one decision kind, applied to each item that
+allows it.
+
+Each item is its own decision (`reviews.decisions.decide`), in its own transaction, with its
+own audited decision effect: a bulk action is a loop over the single-item path, never a
+set-based UPDATE of statuses, so every rule of a single decision (the version check, the state
+machine, four-eyes, a lost race) holds for each item. Items that cannot take the decision are
+skipped with the reason, never forced:
+
+- an item already resolved;
+- an effect that waits for a second operator (awaiting approval above its tool's threshold, a
+  retry proposal pending: `reviews.approvals.waits_for_second_pair`), or an item opened for
+  approval: four-eyes is one person per decision, which a bulk action cannot be;
+- a kind `allowed_actions` does not offer for the effect's state;
+- a confirm without a provider reference the evidence suggests (`reviews.suggest`): a bulk
+  confirm never invents one;
+- whatever the domain refuses (`Refused`, `ValidationFailed`), with its message.
+
+Up to `INLINE_LIMIT` items run in the request. More run as a `BulkJob` on the rq queue (the
+reviews app's background work, like the reconcilers' wake-ups): the job writes each item's
+outcome and a heartbeat to its row as it goes. A job lost from the queue (Redis flushed, a
+worker killed) is not re-driven, since it would decide on items an operator may have looked at
+since; once its heartbeat is older than `LOST_AFTER`, the progress page marks it failed and says
+which items it did not reach (`expire_lost`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models.functions import Now
+
+from ledger.errors import Refused, ValidationFailed
+from ledger.models import Reason, ReviewItem
+from reconcilers.queue import enqueue, fresh_connection
+from reviews import decisions
+from reviews.approvals import waits_for_second_pair
+from reviews.decision_kinds import NEEDS_EVIDENCE
+from reviews.decisions import Ask, allowed_actions, decide
+from reviews.models import BulkJob, BulkJobState
+from reviews.queue import assign_item
+from reviews.suggest import Suggestion, suggest_for_rows
+
+log = logging.getLogger(__name__)
+
+ASSIGN = "assign"
+# Decision kinds a bulk action may apply: those that settle an item on evidence an operator
+# states once for all. Not compensate (it moves money, one refund at a time) nor approve and
+# reject (four-eyes).
+KINDS = (
+    decisions.CONFIRM,
+    decisions.FAIL,
+    decisions.RETRY,
+    decisions.CANCEL,
+    decisions.NOT_DUPLICATE,
+    decisions.ACCEPT_RECORD,
+    decisions.EXTRA_ATTEMPT,
+)
+INLINE_LIMIT = 100
+# A running job writes its heartbeat with every item; this long without one, it is lost.
+LOST_AFTER = timedelta(minutes=5)
+JOB = "reviews.bulk.run_job"
+NO_REF = "no provider reference suggested to confirm with"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one item came to: done, or skipped and why."""
+
+    item: int
+    effect: str
+    done: bool
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the operator asked of every selected item."""
+
+    action: str  # ASSIGN or one of KINDS
+    reason: str = ""
+    evidence: str = ""
+    assignee: User | None = None
+
+
+def problems(ask: Request) -> dict[str, str]:
+    """What is missing or wrong in the request as a whole (a 400 before anything runs)."""
+    found: dict[str, str] = {}
+    if ask.action == ASSIGN:
+        if ask.assignee is None:
+            found["assignee"] = "choose an operator to assign"
+        return found
+    if ask.action not in KINDS:
+        found["action"] = f"assign, or one of {', '.join(KINDS)}"
+        return found
+    if not ask.reason.strip():
+        found["reason"] = "every decision needs a reason"
+    if ask.action in NEEDS_EVIDENCE and not ask.evidence.strip():
+        found["evidence"] = "what shows it (a provider record, a support reply)"
+    return found
+
+
+def apply(item_ids: Sequence[int], ask: Request, user: User) -> list[Outcome]:
+    """Apply `ask` to each item in turn; each decision commits on its own."""
+    return list(_each(item_ids, ask, user))
+
+
+def _each(item_ids: Sequence[int], ask: Request, user: User) -> Iterable[Outcome]:
+    by_id = ReviewItem.objects.select_related("effect", "effect__agent").in_bulk(item_ids)
+    items = [by_id[pk] for pk in item_ids if pk in by_id]
+    suggestions = suggest_for_rows(items) if ask.action == decisions.CONFIRM else {}
+    for pk in item_ids:
+        item = by_id.get(pk)
+        if item is None:
+            yield Outcome(pk, "", False, "no such review item")
+            continue
+        yield _one(item, ask, user, suggestions.get(pk))
+
+
+def _one(item: ReviewItem, ask: Request, user: User, suggested: Suggestion | None) -> Outcome:
+    effect = str(item.effect_id)
+    if item.resolved_at is not None:
+        return Outcome(item.pk, effect, False, "already resolved")
+    if ask.action == ASSIGN:
+        if assign_item(item, ask.assignee):
+            return Outcome(item.pk, effect, True)
+        return Outcome(item.pk, effect, False, "resolved meanwhile")
+    target = item.effect
+    if item.reason == Reason.APPROVAL_REQUIRED or waits_for_second_pair(target)[0]:
+        return Outcome(item.pk, effect, False, "needs four-eyes: decide it on its own page")
+    if ask.action not in allowed_actions(target, user):
+        return Outcome(item.pk, effect, False, f"not offered for an effect in {target.status}")
+    provider_ref, evidence = "", ask.evidence
+    if ask.action == decisions.CONFIRM:
+        # Only where the evidence itself suggests confirming, with the reference it found; the
+        # item's own evidence (which lookup found it) goes on record beside the operator's.
+        confirm = suggested if suggested and suggested.action == decisions.CONFIRM else None
+        provider_ref = str(confirm.initial.get("provider_ref") or "") if confirm else ""
+        if confirm is None or not provider_ref:
+            return Outcome(item.pk, effect, False, NO_REF)
+        if found := confirm.initial.get("evidence"):
+            evidence = f"{evidence} ({found})"
+    try:
+        decide(
+            target.pk,
+            Ask(
+                action=ask.action,
+                reason=ask.reason,
+                expected_version=target.version,
+                provider_ref=provider_ref,
+                evidence=evidence,
+            ),
+            user=user,
+        )
+    except ValidationFailed as exc:
+        fields = "; ".join(f"{k}: {v}" for k, v in exc.extra.get("fields", {}).items())
+        return Outcome(item.pk, effect, False, f"{exc.detail} {fields}".strip())
+    except Refused as exc:
+        return Outcome(item.pk, effect, False, exc.detail)
+    return Outcome(item.pk, effect, True)
+
+
+def start_job(item_ids: Sequence[int], ask: Request, user: User) -> BulkJob:
+    """Record the job and queue it once the row is committed (a worker must find it)."""
+    job = BulkJob.objects.create(
+        created_by=user,
+        action=ask.action,
+        assignee=ask.assignee,
+        reason=ask.reason,
+        evidence=ask.evidence,
+        item_ids=list(item_ids),
+    )
+    transaction.on_commit(lambda: _queue(job), robust=True)
+    return job
+
+
+def _queue(job: BulkJob) -> None:
+    if not enqueue(JOB, [(job.pk,)]):
+        BulkJob.objects.filter(pk=job.pk, state=BulkJobState.QUEUED).update(
+            state=BulkJobState.FAILED,
+            error="The job queue could not take it (Redis unreachable); nothing was changed.",
+            finished_at=Now(),
+        )
+
+
+def run_job(job_id: int) -> None:
+    """The rq job. Taking the row from queued to running is a conditional UPDATE, so a job
+    delivered twice runs once."""
+    fresh_connection()
+    if not BulkJob.objects.filter(pk=job_id, state=BulkJobState.QUEUED).update(
+        state=BulkJobState.RUNNING, heartbeat_at=Now()
+    ):
+        return
+    job = BulkJob.objects.select_related("created_by", "assignee").get(pk=job_id)
+    ask = Request(job.action, job.reason, job.evidence, job.assignee)
+    results: list[dict[str, Any]] = []
+    try:
+        for outcome in _each(job.item_ids, ask, job.created_by):
+            results.append(asdict(outcome))
+            # Only while still running: a job marked lost stays failed.
+            if not BulkJob.objects.filter(pk=job_id, state=BulkJobState.RUNNING).update(
+                results=results, heartbeat_at=Now()
+            ):
+                return
+    except Exception as exc:
+        log.exception("bulk job %s stopped", job_id)
+        BulkJob.objects.filter(pk=job_id, state=BulkJobState.RUNNING).update(
+            state=BulkJobState.FAILED, error=f"Stopped by an error: {exc}"[:2000], finished_at=Now()
+        )
+        raise
+    BulkJob.objects.filter(pk=job_id, state=BulkJobState.RUNNING).update(
+        state=BulkJobState.DONE, finished_at=Now()
+    )
+
+
+def expire_lost(job: BulkJob) -> BulkJob:
+    """Mark the job failed when its heartbeat is older than `LOST_AFTER` (by the database
+    clock); returns it as it now stands."""
+    BulkJob.objects.filter(
+        pk=job.pk,
+        state__in=(BulkJobState.QUEUED, BulkJobState.RUNNING),
+        heartbeat_at__lt=Now() - LOST_AFTER,
+    ).update(
+        state=BulkJobState.FAILED,
+        error=(
+            f"Lost: no progress for {int(LOST_AFTER.total_seconds() // 60)} minutes (the worker "
+            "or the queue dropped it). It is not re-run; the items it did not reach are "
+            "unchanged: select them again."
+        ),
+        finished_at=Now(),
+    )
+    job.refresh_from_db()
+    return job
