@@ -1,5 +1,5 @@
-"""Template context every page needs: what the signed-in user may do, the time, and what is
-halted (the banner)."""
+"""Template context every page needs: what the signed-in user may do, the time, and the
+banners: what is halted, and how much waits for a second operator's approval."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 
 from ledger.halts import active_halts
+from ledger.models import Effect
+from ledger.states import Status
 from reviews.access import can_act, can_read
+from reviews.views.approvals import pending_proposals
 
 
 def roles(request: HttpRequest) -> dict[str, Any]:
@@ -18,9 +21,19 @@ def roles(request: HttpRequest) -> dict[str, Any]:
     return {"can_act": can_act(user), "can_read": can_read(user), "now": timezone.now()}
 
 
+def waiting_for_approval() -> int:
+    """How many effects and retry proposals wait for four-eyes (the approvals page's rows)."""
+    return Effect.objects.filter(status=Status.AWAITING_APPROVAL).count() + (
+        pending_proposals().count()
+    )
+
+
 def halts(request: HttpRequest) -> dict[str, Any]:
-    """The active halts, for the banner on every page of a signed-in reader. Lazy: htmx
-    partials that do not show the banner cost no query."""
+    """The banners on every page of a signed-in reader: the active halts and the number of
+    approvals waiting. Lazy: htmx partials that do not show the banners cost no query."""
     if not can_read(request.user):
-        return {"active_halts": ()}
-    return {"active_halts": SimpleLazyObject(active_halts)}
+        return {"active_halts": (), "awaiting_approval": 0}
+    return {
+        "active_halts": SimpleLazyObject(active_halts),
+        "awaiting_approval": SimpleLazyObject(waiting_for_approval),
+    }
