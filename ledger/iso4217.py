@@ -13,6 +13,8 @@ tests/test_limits_trigger.py.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 # Two decimal places, the common case.
 _TWO = """
     AED AFN ALL AMD AOA ARS AUD AWG AZN BAM BBD BDT BMD BND BOB BOV BRL BSD BTN BWP BYN BZD
@@ -51,3 +53,10 @@ def exponent(code: str) -> int:
     if places is None:
         raise ValueError(f"{code!r} has no minor unit (ISO 4217 gives N.A.)")
     return places
+
+
+def major_units(amount_minor: int, currency: str) -> str:
+    """An integer amount in minor units as people read it: 1250 EUR is "12.50 EUR", 1250 JPY
+    "1250 JPY"; a code with no minor unit (or none known) is shown as the integer."""
+    places = EXPONENTS.get(currency) or 0
+    return f"{Decimal(amount_minor).scaleb(-places):.{places}f} {currency}"

@@ -11,11 +11,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.errors import LedgerError, ValidationFailed
+from ledger.iso4217 import major_units
 from ledger.models import Incident
 from ledger.statements import acknowledge_incident, incident_queue
 from reviews.access import actor, can_act, reader
 from reviews.forms import AcknowledgeForm
-from reviews.views.statements import major_units
 
 PAGE_SIZE = 50
 RECENT = 50

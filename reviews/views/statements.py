@@ -4,7 +4,6 @@ uploaded file as a stream and shows what it did."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages
@@ -15,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.iso4217 import EXPONENTS
+from ledger.iso4217 import major_units
 from ledger.models import StatementImport
 from ledger.models.statements import Origin
 from ledger.statements import StatementError, import_statement
@@ -26,12 +25,6 @@ PAGE_SIZE = 25
 # An uploaded file may be this large at most (`SizeLimit`). Django's DATA_UPLOAD_MAX_MEMORY_SIZE
 # leaves files out, and a statement is parsed as a stream, so the limit is only about disk.
 STATEMENT_MAX_BYTES = 200 * 1024 * 1024
-
-
-def major_units(amount_minor: int, currency: str) -> str:
-    """An integer amount in minor units as the provider writes it: 1250 EUR is "12.50 EUR"."""
-    places = EXPONENTS.get(currency) or 0
-    return f"{Decimal(amount_minor).scaleb(-places):.{places}f} {currency}"
 
 
 class SizeLimit(FileUploadHandler):
