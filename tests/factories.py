@@ -52,6 +52,22 @@ def add_event(effect: Effect, reason: str = "checked", **data: object) -> int:
     return EffectEvent.objects.filter(effect_id=effect.id).latest("id").id
 
 
+def lookup(effect: Effect, outcome: str, **data: Any) -> int:
+    """A provider lookup's answer recorded on the effect as the reconciler records it (outcome
+    "found", "not_found", "duplicate", …; a found one may carry `provider_ref` and `record`);
+    returns the event's id."""
+    record_event(
+        effect.id,
+        kind="reconciliation",
+        actor="reconciler",
+        from_status=effect.status,
+        to_status=effect.status,
+        reason=outcome,
+        data={"outcome": outcome, **data},
+    )
+    return EffectEvent.objects.filter(effect_id=effect.id).latest("id").id
+
+
 @contextmanager
 def tampering() -> Iterator:
     """Switch off every trigger of this session (the append-only guards and foreign keys), as

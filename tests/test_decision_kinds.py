@@ -10,26 +10,17 @@ from typing import Any
 import pytest
 
 from ledger.errors import Refused, ValidationFailed
-from ledger.events import record_event
-from ledger.models import Effect, EventKind, Reason, ReviewItem
+from ledger.models import Effect, Reason, ReviewItem
 from ledger.reviewqueue import open_review
 from reviews.decisions import Ask, allowed_actions, decide
 from tests.conftest import events_of
-from tests.factories import signed_in
+from tests.factories import lookup, signed_in
 
 
 def found_lookup(effect: Effect, *, ref: str = "ch_1", status: str = "confirmed", **data: Any):
     """A reconciliation event: the provider's lookup found `ref`, with its record."""
     record = {"id": ref, "amount": "1.00", "currency": "EUR", "status": status}
-    record_event(
-        effect.id,
-        kind=EventKind.RECONCILIATION,
-        actor="reconciler",
-        from_status=effect.status,
-        to_status=effect.status,
-        reason="found",
-        data={"outcome": "found", "provider_ref": ref, "status": status, "record": record, **data},
-    )
+    lookup(effect, "found", provider_ref=ref, status=status, record=record, **data)
 
 
 def with_item(effect: Effect, reason: Reason) -> Effect:

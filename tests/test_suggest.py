@@ -10,25 +10,12 @@ from typing import Any
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.events import record_event
-from ledger.models import Effect, EventKind, Reason, ReviewItem
+from ledger.models import Effect, Reason, ReviewItem
 from ledger.reviewqueue import open_review
 from reviews.decisions import Ask, decide
 from reviews.forms import DecisionForm
 from reviews.suggest import suggest_for_rows, suggestion
-
-
-def lookup(effect: Effect, outcome: str, **data: Any) -> int:
-    record_event(
-        effect.id,
-        kind=EventKind.RECONCILIATION,
-        actor="reconciler",
-        from_status=effect.status,
-        to_status=effect.status,
-        reason=outcome,
-        data={"outcome": outcome, **data},
-    )
-    return effect.events.order_by("-id").values_list("id", flat=True).first()
+from tests.factories import lookup
 
 
 def item_for(effect: Effect, reason: Reason) -> ReviewItem:

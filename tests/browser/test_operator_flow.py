@@ -13,6 +13,7 @@ from ledger.reviewqueue import open_review
 from ledger.states import Kind
 from tests.browser.conftest import (
     SCREENSHOTS,
+    fill_decision,
     log_in,
     nav,
     path_of,
@@ -58,20 +59,6 @@ def focused(page: Page) -> dict:
                     outline: style.outlineStyle, outlineWidth: parseFloat(style.outlineWidth)};
         }"""
     )
-
-
-def fill_decision(
-    page: Page, action: str, *, reason: str, ref: str = "", evidence: str = ""
-) -> None:
-    """Open the decision's disclosure (unless it is open already) and fill its form."""
-    decision = page.locator(f"#decide-{action}")
-    if decision.get_attribute("open") is None:
-        decision.locator("summary").click()
-    if ref:
-        decision.get_by_role("textbox", name="Provider reference").fill(ref)
-    if evidence:
-        decision.get_by_role("textbox", name="Evidence").fill(evidence)
-    decision.get_by_role("textbox", name="Reason").fill(reason)
 
 
 def send_and_confirm(page: Page, action: str) -> str:
@@ -215,9 +202,12 @@ def test_the_keyboard_reaches_the_login_form_and_a_decision_in_order(open_page, 
     expect(skip).to_be_focused()
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"#content$"))
-    # Past the navigation: the next stop is the first control of the page's content.
+    # Past the navigation: the next stop is the first control of the page's content, the
+    # facts' link to the run's recovery plan; then the decision.
     page.keyboard.press("Tab")
     assert focused(page)["inMain"], focused(page)
+    expect(page.get_by_role("link", name="what recovery will do for this run")).to_be_focused()
+    page.keyboard.press("Tab")
     summary = page.locator("#decide-confirm summary")
     expect(summary).to_be_focused()
     assert_focus_ring(page)

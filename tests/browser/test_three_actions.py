@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import ConsoleMessage, Page, expect
 
-from ledger.events import record_event
-from ledger.models import Effect, EventKind, Reason, ReviewItem
+from ledger.models import Effect, Reason, ReviewItem
 from ledger.reviewqueue import open_review
 from ledger.states import Kind
+from tests.factories import lookup
 
 pytestmark = pytest.mark.browser
 
@@ -33,19 +33,6 @@ class Tally:
     def click(self, locator) -> None:
         locator.click()
         self.actions += 1
-
-
-def lookup(effect: Effect, outcome: str, **data: Any) -> None:
-    """The provider's answer to a lookup, as the reconciler records it."""
-    record_event(
-        effect.id,
-        kind=EventKind.RECONCILIATION,
-        actor="reconciler",
-        from_status=effect.status,
-        to_status=effect.status,
-        reason=outcome,
-        data={"outcome": outcome, **data},
-    )
 
 
 def queued(make_effect, status: str, reason: Reason, key: str, **fields: Any) -> Effect:
