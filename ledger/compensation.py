@@ -11,6 +11,7 @@ from ledger.intents import Intent, find_repeat, record_intent
 from ledger.models import Agent, Effect, EffectDependency
 from ledger.states import Kind, Status
 from ledger.tools import policy_for
+from ledger.transitions import DUPLICATE_REFUND
 
 # Downstream effects in these statuses may have acted on the parent's result.
 _ACTIVE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.CONFIRMED, Status.UNKNOWN)
@@ -44,10 +45,13 @@ def compensate(
     actor: str,
     force: bool = False,
     operator: bool = False,
+    duplicate: bool = False,
 ) -> tuple[Effect, bool]:
     """Record the compensation of `parent`. Returns (effect, created); a repeat with the same
     `compensation_key` returns the existing one. `operator` says a person asked (held back by
-    every agent's dependents, not only `agent`'s); `force` (operators only) skips that check."""
+    every agent's dependents, not only `agent`'s); `force` (operators only) skips that check.
+    `duplicate`: it undoes a second copy the provider made of `parent` (a duplicate charge),
+    not `parent` itself, which stays confirmed once it is done (`DUPLICATE_REFUND`)."""
     if compensation_key is not None and ":" in compensation_key:
         # `{parent}:comp:{key}` must stay one compensation's key, never another's decision's.
         raise ValidationFailed(
@@ -68,7 +72,10 @@ def compensate(
         target=parent.target,
         request=request,
         effect_key=f"{parent.effect_key}:comp:{compensation_key or 1}",
-        provenance={"policy": {"compensates": str(parent.id), "reason": reason}},
+        provenance={
+            "policy": {"compensates": str(parent.id), "reason": reason}
+            | ({DUPLICATE_REFUND: True} if duplicate else {})
+        },
         kind=Kind.COMPENSATION,
         parent_id=parent.id,
     )

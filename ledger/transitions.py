@@ -40,6 +40,10 @@ from ledger.states import UPSTREAM_DEAD, Kind, Status, is_allowed
 
 # Statuses that end the effect's own story (compensation aside): `resolved_at` is set on entry.
 _RESOLVING = frozenset({Status.CONFIRMED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED})
+# The provenance mark of a compensation that undoes the provider's duplicate of its parent
+# (`ledger.compensation.compensate(duplicate=True)`): once it is confirmed the parent stays
+# confirmed, since its own charge stands.
+DUPLICATE_REFUND = "refunds_duplicate"
 # A compensation that ended so leaves its parent confirmed, and a person must look at it.
 _COMPENSATION_TROUBLE = {
     Status.FAILED: Reason.COMPENSATION_FAILED,
@@ -186,7 +190,18 @@ def _follow_on(effect: Effect, *, actor: str) -> None:
         cancel_dependents(effect.id)
     if effect.kind == Kind.COMPENSATION and effect.parent_id:
         parent = Effect.objects.get(pk=effect.parent_id)
-        if effect.status == Status.CONFIRMED and parent.status == Status.CONFIRMED:
+        if effect.status == Status.CONFIRMED and _refunds_duplicate(effect):
+            # The provider's second copy is undone; the parent itself still stands.
+            record_event(
+                parent.id,
+                kind=EventKind.TRANSITION,
+                actor=actor,
+                from_status=parent.status,
+                to_status=parent.status,
+                reason="duplicate_refunded",
+                data={"compensation": str(effect.id)},
+            )
+        elif effect.status == Status.CONFIRMED and parent.status == Status.CONFIRMED:
             transition(
                 parent,
                 Status.COMPENSATED,
@@ -196,6 +211,11 @@ def _follow_on(effect: Effect, *, actor: str) -> None:
             )
         elif effect.status in _COMPENSATION_TROUBLE:
             open_review(parent.id, _COMPENSATION_TROUBLE[effect.status])
+
+
+def _refunds_duplicate(compensation: Effect) -> bool:
+    policy = (compensation.provenance or {}).get("policy")
+    return isinstance(policy, dict) and policy.get(DUPLICATE_REFUND) is True
 
 
 @dataclass(frozen=True)

@@ -238,7 +238,9 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
             moved, follow_up = (
                 (target, None)
                 if proposing
-                else _carry_out(target, ask, policy, actor, decision_id, ground, evidence)
+                else _carry_out(
+                    target, ask, policy, actor, decision_id, ground, evidence, open_item
+                )
             )
             if (
                 settles
@@ -342,6 +344,7 @@ def _carry_out(
     decision_id: uuid.UUID,
     ground: str,
     evidence: Evidence,
+    open_item: ReviewItem | None,
 ) -> tuple[Effect, Effect | None]:
     """The target's side of the decision, inside the decision's transaction."""
     redact = policy.redactor
@@ -427,6 +430,8 @@ def _carry_out(
         actor=actor,
         force=ask.force,
         operator=True,
+        # Compensating on a duplicate item refunds the provider's second charge, not the first.
+        duplicate=open_item is not None and open_item.reason == Reason.DUPLICATE,
     )
     if not can_execute(compensation.tool):
         open_review(compensation.id, Reason.MANUAL_EXECUTION)

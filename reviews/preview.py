@@ -25,7 +25,7 @@ from ledger.compensation import active_dependents
 from ledger.halts import halted_among
 from ledger.interlocks import Upstream, upstreams_of
 from ledger.iso4217 import major_units
-from ledger.models import Effect, EffectDependency, ReviewItem
+from ledger.models import Effect, EffectDependency, Reason, ReviewItem
 from ledger.recovery import (
     HONOURS_KEY,
     NOT_FOUND,
@@ -428,6 +428,15 @@ def _compensate(effect: Effect, facts: _Facts, action: str) -> Preview:
         lines.append(Line("It refunds", money=money))
     else:
         lines.append(Line("It undoes what the compensation request in the form names."))
+    if facts.item is not None and facts.item.reason == Reason.DUPLICATE:
+        # ledger.compensation(duplicate=True): the provider's second charge is undone.
+        lines.append(
+            Line(
+                "It refunds the provider's duplicate, named in the form: once that is "
+                "confirmed, the effect stays confirmed, its own charge standing."
+            )
+        )
+        return replace(_base(effect, action, Status.CONFIRMED, actor, *lines), money_moves=True)
     lines.append(Line("Once the provider confirms it, the effect becomes compensated."))
     active = active_dependents(effect)
     if active:

@@ -344,3 +344,42 @@ def test_a_decision_itself_cannot_be_decided_on(olga, unknown):
     response = post_decision(signed_in(olga), decision, "cancel")
     assert response.status_code == 404
     assert EffectEvent.objects.filter(effect=decision).count() == 1
+
+
+def test_refunding_a_duplicate_leaves_the_charge_itself_confirmed(
+    olga, alice, payments_provider, tools
+):
+    """The provider charged twice; the operator refunds the second charge from the duplicate
+    item. The refund is a compensation of the effect, but the effect's own charge stands: it
+    stays confirmed, and its timeline says the duplicate was refunded."""
+    for name in ("charge_card", "refund_card"):
+        tools[name].reconciler_config = {"base_url": payments_provider.url}
+        tools[name].save()
+    intent = alice.intent(step_id="pay", claim=True, request={"amount": "12.50", "currency": "EUR"})
+    first, second = (
+        payments_provider.http.post(
+            "/charges",
+            json={"amount": "12.50", "currency": "EUR", "account": intent["target"]},
+        ).json()
+        for _ in range(2)
+    )
+    alice.outcome(intent["id"], intent["lease_token"], provider_ref=first["id"])
+    paid = Effect.objects.get(pk=intent["id"])
+    open_review(paid.id, Reason.DUPLICATE)
+
+    response = post_decision(
+        signed_in(olga),
+        paid,
+        "compensate",
+        compensation_request=f'{{"charge": "{second["id"]}", "amount": "12.50"}}',
+    )
+    assert response.status_code == 302, response.content
+    compensation = Effect.objects.get(parent=paid, kind="compensation")
+    assert execute_one(compensation.id) is True
+    compensation.refresh_from_db()
+    paid.refresh_from_db()
+    assert compensation.status == "confirmed"
+    assert paid.status == "confirmed"
+    assert [e.reason for e in events_of(paid.id)][-1] == "duplicate_refunded"
+    refunds = [t for t in payments_provider.transactions() if t["object"] == "refund"]
+    assert [r["charge"] for r in refunds] == [second["id"]]

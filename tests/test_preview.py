@@ -168,6 +168,17 @@ def test_compensating_says_the_ledger_sends_the_refund_itself_with_the_amount(al
     assert "held back while the compensation is in flight" in texts(preview)
 
 
+def test_compensating_a_duplicate_refunds_the_second_charge_and_keeps_the_first(alice):
+    effect = confirmed(alice, "pay")
+    open_review(effect.id, Reason.DUPLICATE)
+
+    preview = preview_for(effect, "compensate")
+
+    assert (preview.status, preview.money_moves) == ("confirmed", True)
+    assert "refunds the provider's duplicate" in texts(preview)
+    assert "becomes compensated" not in texts(preview)
+
+
 def test_compensating_through_a_tool_nobody_can_execute_waits_for_a_person(alice, tools):
     tool = tools["charge_card"]
     tool.compensated_by = "send_email"
