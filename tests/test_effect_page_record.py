@@ -134,7 +134,7 @@ def test_the_timeline_shows_event_data_as_json_with_a_relative_time(olga, make_e
     # Long data folds away; the absolute time stays machine-readable beside the relative one.
     assert "<details><summary>data</summary><pre" in timeline
     assert re.search(r'<time datetime="\d{4}-\d\d-\d\dT[^"]+">', timeline)
-    assert re.search(r"\d+\xa0minutes? ago", timeline)
+    assert ">just now</time>" in timeline  # recorded a moment ago
 
 
 def test_the_timeline_tells_the_age_of_an_old_event(olga, make_effect):

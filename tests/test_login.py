@@ -49,7 +49,10 @@ def test_pages_carry_a_strict_content_security_policy(olga):
     assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
     html = response.content.decode()
     scripts = re.findall(r"<script[^>]*>", html)
-    assert scripts == ['<script src="/static/vendor/htmx-2.0.11.min.js" defer>']
+    assert scripts == [
+        '<script src="/static/vendor/htmx-2.0.11.min.js" defer>',
+        '<script src="/static/app.js" defer>',
+    ]
     assert "<style" not in html and " style=" not in html
 
 
