@@ -75,6 +75,11 @@ SCHEDULES = {
         "func": "reviews.escalation.escalate",
         "minutes": settings.LEDGER_SWEEP_MINUTES,
     },
+    # Bulk decisions whose job Redis lost are driven again from their rows (reviews.bulk).
+    "bulk-jobs": {
+        "func": "reviews.bulk.redrive_lost",
+        "minutes": 1,
+    },
     "review-alerts": {
         "func": "reviews.alerts.sweep",
         "minutes": settings.LEDGER_SWEEP_MINUTES,

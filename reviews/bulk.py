@@ -18,10 +18,12 @@ skipped with the reason, never forced:
 
 Up to `INLINE_LIMIT` items run in the request. More run as a `BulkJob` on the rq queue (the
 reviews app's background work, like the reconcilers' wake-ups): the job writes each item's
-outcome and a heartbeat to its row as it goes. A job lost from the queue (Redis flushed, a
-worker killed) is not re-driven, since it would decide on items an operator may have looked at
-since; once its heartbeat is older than `LOST_AFTER`, the progress page marks it failed and says
-which items it did not reach (`expire_lost`).
+outcome and a heartbeat to its row as it goes. The row, not Redis, is the job's truth: a job
+lost from the queue (Redis flushed, a worker killed) is driven again by a sweep once its
+heartbeat is older than `LOST_AFTER` (`redrive_lost`, a django-q2 schedule), and resumes after
+the last item it recorded; an item it decided but did not record is skipped as already resolved
+(each decision carries the version it saw). After `REDRIVES` re-drives it is marked failed and
+the page says which items it did not reach.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from ledger.errors import Refused, ValidationFailed
@@ -65,6 +68,8 @@ KINDS = (
 INLINE_LIMIT = 100
 # A running job writes its heartbeat with every item; this long without one, it is lost.
 LOST_AFTER = timedelta(minutes=5)
+# A job lost this many times is not driven again: something stops it, and a person must look.
+REDRIVES = 3
 JOB = "reviews.bulk.run_job"
 NO_REF = "no provider reference suggested to confirm with"
 
@@ -176,17 +181,15 @@ def start_job(item_ids: Sequence[int], ask: Request, user: User) -> BulkJob:
         evidence=ask.evidence,
         item_ids=list(item_ids),
     )
-    transaction.on_commit(lambda: _queue(job), robust=True)
+    transaction.on_commit(lambda: _queue(job.pk), robust=True)
     return job
 
 
-def _queue(job: BulkJob) -> None:
-    if not enqueue(JOB, [(job.pk,)]):
-        BulkJob.objects.filter(pk=job.pk, state=BulkJobState.QUEUED).update(
-            state=BulkJobState.FAILED,
-            error="The job queue could not take it (Redis unreachable); nothing was changed.",
-            finished_at=Now(),
-        )
+def _queue(job_id: int) -> None:
+    """Hand the job to the queue. Redis being unreachable loses nothing: the job stays queued
+    and the sweep drives it again once its heartbeat is old enough."""
+    if not enqueue(JOB, [(job_id,)]):
+        log.warning("bulk job %s not queued: the sweep drives it again", job_id)
 
 
 def run_job(job_id: int) -> None:
@@ -199,9 +202,10 @@ def run_job(job_id: int) -> None:
         return
     job = BulkJob.objects.select_related("created_by", "assignee").get(pk=job_id)
     ask = Request(job.action, job.reason, job.evidence, job.assignee)
-    results: list[dict[str, Any]] = []
+    # Driven again after it was lost: it resumes after the last item it recorded.
+    results: list[dict[str, Any]] = list(job.results)
     try:
-        for outcome in _each(job.item_ids, ask, job.created_by):
+        for outcome in _each(job.item_ids[len(results) :], ask, job.created_by):
             results.append(asdict(outcome))
             # Only while still running: a job marked lost stays failed.
             if not BulkJob.objects.filter(pk=job_id, state=BulkJobState.RUNNING).update(
@@ -219,21 +223,30 @@ def run_job(job_id: int) -> None:
     )
 
 
-def expire_lost(job: BulkJob) -> BulkJob:
-    """Mark the job failed when its heartbeat is older than `LOST_AFTER` (by the database
-    clock); returns it as it now stands."""
-    BulkJob.objects.filter(
-        pk=job.pk,
+def redrive_lost() -> dict[str, int]:
+    """The sweep: jobs queued or running whose heartbeat is older than `LOST_AFTER` (by the
+    database clock) are queued again, each by a conditional UPDATE (a worker that was only slow
+    finds its job no longer running and stops); those already driven `REDRIVES` times fail."""
+    lost = Q(
         state__in=(BulkJobState.QUEUED, BulkJobState.RUNNING),
         heartbeat_at__lt=Now() - LOST_AFTER,
-    ).update(
+    )
+    failed = BulkJob.objects.filter(lost, redriven__gte=REDRIVES).update(
         state=BulkJobState.FAILED,
         error=(
-            f"Lost: no progress for {int(LOST_AFTER.total_seconds() // 60)} minutes (the worker "
-            "or the queue dropped it). It is not re-run; the items it did not reach are "
-            "unchanged: select them again."
+            f"Lost {REDRIVES + 1} times (no progress for "
+            f"{int(LOST_AFTER.total_seconds() // 60)} minutes each): not driven again. The "
+            "items it did not reach are unchanged: select them again."
         ),
         finished_at=Now(),
     )
-    job.refresh_from_db()
-    return job
+    redriven = 0
+    for job_id in BulkJob.objects.filter(lost).values_list("pk", flat=True):
+        if BulkJob.objects.filter(lost, pk=job_id).update(
+            state=BulkJobState.QUEUED, heartbeat_at=Now(), redriven=F("redriven") + 1
+        ):
+            _queue(job_id)
+            redriven += 1
+    if failed or redriven:
+        log.info("bulk jobs: %s driven again, %s failed", redriven, failed)
+    return {"redriven": redriven, "failed": failed}

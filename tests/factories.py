@@ -16,7 +16,8 @@ from django.db import connection
 from django.test import Client
 
 from config.stack import database_url, free_port, gunicorn_argv
-from ledger.models import Effect, EffectEvent, ReviewItem
+from ledger.models import Effect, EffectEvent, Reason, ReviewItem
+from ledger.reviewqueue import open_review
 from ledger.transitions import record_event
 from tests.conftest import ROOT, events_of
 
@@ -66,6 +67,17 @@ def lookup(effect: Effect, outcome: str, **data: Any) -> int:
         data={"outcome": outcome, **data},
     )
     return EffectEvent.objects.filter(effect_id=effect.id).latest("id").id
+
+
+def lookup_found(effect: Effect, ref: str) -> int:
+    """The reconciler's lookup found the effect done at the provider under `ref`."""
+    return lookup(effect, "found", provider_ref=ref, status="confirmed")
+
+
+def in_review(effect: Effect, reason: Reason = Reason.INCONCLUSIVE) -> ReviewItem:
+    """Open a review item on the effect, as escalation or a reconciler does; returns it."""
+    open_review(effect.id, reason)
+    return ReviewItem.objects.get(effect=effect, resolved_at__isnull=True)
 
 
 @contextmanager

@@ -13,11 +13,10 @@ from django.db import connection
 from ledger.models import Effect, Reason, ReviewItem
 from ledger.reviewqueue import open_review
 from ledger.states import Kind
-from reviews.bulk import INLINE_LIMIT, run_job
+from reviews.bulk import INLINE_LIMIT, REDRIVES, redrive_lost, run_job
 from reviews.models import BulkJob
 from reviews.queue import claim_item
-from tests.factories import signed_in
-from tests.test_queue_search import in_review, lookup_found
+from tests.factories import in_review, lookup_found, signed_in
 
 
 def ask(client, items, **form):
@@ -245,24 +244,70 @@ def test_a_job_delivered_twice_runs_once(olga, make_effect, queue):
     assert job.state == "done" and len(job.results) == INLINE_LIMIT + 1
 
 
-@pytest.mark.django_db(transaction=True)  # a job starts with a fresh database connection
-def test_a_job_lost_from_the_queue_is_marked_failed_not_left_running(olga, make_effect):
-    item = in_review(make_effect("planned"))
-    job = BulkJob.objects.create(
-        created_by=olga, action="cancel", reason="x", item_ids=[item.pk], state="running"
-    )
-    client = signed_in(olga)
-    assert "Running:" in client.get(f"/queue/bulk/{job.pk}").content.decode()
+def _lose(job: BulkJob) -> None:
+    """What a killed worker or a flushed Redis leaves: the row, its heartbeat going stale."""
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE reviews_bulkjob SET heartbeat_at = now() - interval '6 minutes' WHERE id = %s",
             [job.pk],
         )
-    page = client.get(f"/queue/bulk/{job.pk}").content.decode()
-    assert "Failed:" in page and "Lost: no progress for 5 minutes" in page
-    assert "not re-run" in page
+
+
+@pytest.mark.django_db(transaction=True)  # a job starts with a fresh database connection
+def test_a_job_lost_from_the_queue_is_driven_again_from_its_row_and_resumes(
+    olga, make_effect, queue
+):
+    first, second, third = (in_review(make_effect("planned")) for _ in range(3))
+    client = signed_in(olga)
+    # The worker cancelled the first item, recorded it, decided the second without recording
+    # it, then died; Redis lost the job.
+    ask(client, [first], action="cancel", reason="Run abandoned")
+    ask(client, [second], action="cancel", reason="Run abandoned")
+    job = BulkJob.objects.create(
+        created_by=olga,
+        action="cancel",
+        reason="Run abandoned",
+        item_ids=[first.pk, second.pk, third.pk],
+        results=[{"item": first.pk, "effect": str(first.effect_id), "done": True, "why": ""}],
+        state="running",
+    )
+    assert redrive_lost() == {"redriven": 0, "failed": 0}  # its heartbeat is fresh
+    _lose(job)
+
+    assert redrive_lost() == {"redriven": 1, "failed": 0}
+    assert [j.args for j in queue.get_jobs()] == [(job.pk,)]
+    work(queue)
+
+    job.refresh_from_db()
+    assert (job.state, job.redriven) == ("done", 1)
+    assert [(r["item"], r["done"], r["why"]) for r in job.results] == [
+        (first.pk, True, ""),
+        (second.pk, False, "already resolved"),  # decided before the loss, not twice
+        (third.pk, True, ""),
+    ]
+    assert Effect.objects.get(pk=third.effect_id).status == "cancelled"
+    assert [len(decisions_on(Effect.objects.get(pk=i.effect_id))) for i in (second, third)] == [
+        1,
+        1,
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_lost_too_often_fails_and_says_so(olga, make_effect, queue):
+    item = in_review(make_effect("planned"))
+    job = BulkJob.objects.create(
+        created_by=olga, action="cancel", reason="x", item_ids=[item.pk], state="running"
+    )
+    for _ in range(REDRIVES):
+        _lose(job)
+        assert redrive_lost()["redriven"] == 1
+    queue.empty()
+    _lose(job)
+    assert redrive_lost() == {"redriven": 0, "failed": 1}
     job.refresh_from_db()
     assert job.state == "failed"
+    page = signed_in(olga).get(f"/queue/bulk/{job.pk}").content.decode()
+    assert "Failed:" in page and f"Lost {REDRIVES + 1} times" in page
     run_job(job.pk)  # a late delivery does nothing to a failed job
     assert Effect.objects.get(pk=item.effect_id).status == "planned"
 

@@ -12,18 +12,11 @@ from django.test.utils import CaptureQueriesContext
 
 from ledger import configversion, tools
 from ledger.configversion import VersionedCache
-from ledger.events import record_event
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
 from reviews.queue import age
-from tests.factories import signed_in
+from tests.factories import in_review, lookup_found, signed_in
 
 HTMX = {"HX-Request": "true"}
-
-
-def in_review(effect: Effect, reason: Reason = Reason.INCONCLUSIVE) -> ReviewItem:
-    open_review(effect.id, reason)
-    return ReviewItem.objects.get(effect=effect, resolved_at__isnull=True)
 
 
 def row_of(html: str, effect: Effect) -> str:
@@ -35,17 +28,6 @@ def live_token(html: str) -> str:
     found = re.search(r"live=([0-9a-f]{16})", html)
     assert found, "the results do not poll"
     return found.group(1)
-
-
-def lookup_found(effect: Effect, ref: str) -> None:
-    """The reconciler's lookup found the effect done at the provider under `ref`."""
-    record_event(
-        effect.id,
-        kind="reconciliation",
-        actor="system:reconciler",
-        reason="found",
-        data={"provider_ref": ref, "status": "confirmed"},
-    )
 
 
 # --- Rows ------------------------------------------------------------------------------------

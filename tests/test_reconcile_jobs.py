@@ -345,6 +345,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
         "retention",
         "fetch-statements",
         "escalation",
+        "bulk-jobs",
         "review-alerts",
         "alert-sender",
         "seal-events",

@@ -50,6 +50,7 @@ class Migration(migrations.Migration):
                     "heartbeat_at",
                     models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
                 ),
+                ("redriven", models.PositiveSmallIntegerField(default=0)),
                 ("finished_at", models.DateTimeField(blank=True, null=True)),
                 (
                     "assignee",

@@ -36,7 +36,7 @@ class BulkJobState(models.TextChoices):
     QUEUED = "queued", "queued"
     RUNNING = "running", "running"
     DONE = "done", "done"
-    # Lost from the queue, or stopped by an error: the items it did not reach are untouched.
+    # Lost too often, or stopped by an error: the items it did not reach are untouched.
     FAILED = "failed", "failed"
 
 
@@ -63,8 +63,10 @@ class BulkJob(models.Model):
     )
     error = models.CharField(max_length=2000, blank=True)
     created_at = models.DateTimeField(db_default=Now())
-    # Written with every item: a job whose heartbeat stops is lost (reviews.bulk.expire_lost).
+    # Written with every item: a job whose heartbeat stops is lost (reviews.bulk.redrive_lost).
     heartbeat_at = models.DateTimeField(db_default=Now())
+    # How many times the sweep queued it again after it was lost (reviews.bulk.redrive_lost).
+    redriven = models.PositiveSmallIntegerField(default=0)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import ReviewItem
 from reviews.access import actor, reader
-from reviews.bulk import ASSIGN, INLINE_LIMIT, Request, apply, expire_lost, problems, start_job
+from reviews.bulk import ASSIGN, INLINE_LIMIT, Request, apply, problems, start_job
 from reviews.decisions import LABELS
 from reviews.filters import QueueFilter, operators
 from reviews.models import BulkJob, SavedFilter
@@ -123,7 +123,7 @@ def start(request: HttpRequest) -> HttpResponse:
 @require_GET
 @actor
 def progress(request: HttpRequest, bulk_id: int) -> HttpResponse:
-    job = expire_lost(get_object_or_404(BulkJob, pk=bulk_id, created_by=request.user))
+    job = get_object_or_404(BulkJob, pk=bulk_id, created_by=request.user)
     outcomes = job.results
     done = sum(1 for o in outcomes if o["done"])
     context = {

@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 from ledger.models import Effect, Reason, ReviewItem
 from ledger.reviewqueue import open_review
 from reviews.queue import claim_item
-from tests.test_queue_search import lookup_found
+from tests.factories import lookup_found
 
 pytestmark = pytest.mark.browser
 
