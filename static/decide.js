@@ -1,6 +1,6 @@
 // Decisions on the effect page: one confirmation, in a <dialog> that names the decision and
 // the effect and shows what happens next, before a decision form is sent; and the result of a
-// decision focused and in view once it is swapped in.
+// decision focused and in view when a page load brings it (app.js does so after a swap).
 //
 // A decision form carries empty hidden `confirm` and `over_claim` inputs. The server records
 // nothing until `confirm` is set: without this script it answers with a confirmation step of
@@ -55,14 +55,9 @@
     openDialog(form, function () { event.detail.issueRequest(true); });
   });
 
-  // Whether the swap to come answers a decision (the page's live updates swap too, and must
-  // not move the operator's focus).
-  var decisionSent = false;
-
   document.addEventListener("htmx:afterRequest", function (event) {
     var form = event.detail && event.detail.elt;
     if (!form || !form.matches || !form.matches("form.decide-form")) return;
-    decisionSent = true;
     // A request that did not swap (a network error) must not leave the form pre-confirmed.
     if (form.isConnected) {
       form.elements.confirm.value = "";
@@ -70,8 +65,9 @@
     }
   });
 
-  // The outcome of a decision, where the operator will read it: focused (so that keyboard
-  // and screen-reader users land on it, not on <body>) and scrolled into view.
+  // The outcome of a decision that came with a page load (no htmx: a redirect after the
+  // decision, or the server's confirmation step), where the operator will read it: focused
+  // and scrolled into view. After an htmx swap, app.js places focus the same way.
   function focusResult(root) {
     var shown = root.querySelector("#decision-result, #decision-problem, #confirm-step");
     if (!shown) return;
@@ -79,12 +75,6 @@
     shown.focus({ preventScroll: true });
     shown.scrollIntoView({ block: "center" });
   }
-
-  document.addEventListener("htmx:afterSettle", function () {
-    if (!decisionSent) return;
-    decisionSent = false;
-    focusResult(document);
-  });
 
   document.addEventListener("DOMContentLoaded", function () {
     focusResult(document);
