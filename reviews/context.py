@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 
 from ledger.halts import active_halts
-from ledger.models import Effect
+from ledger.metrics import summary
 from ledger.states import Status
 from reviews.access import can_act, can_read
 from reviews.views.approvals import pending_proposals
@@ -22,10 +22,16 @@ def roles(request: HttpRequest) -> dict[str, Any]:
 
 
 def waiting_for_approval() -> int:
-    """How many effects and retry proposals wait for four-eyes (the approvals page's rows)."""
-    return Effect.objects.filter(status=Status.AWAITING_APPROVAL).count() + (
-        pending_proposals().count()
+    """How many effects and retry proposals wait for four-eyes (the approvals page's rows).
+    The effects are counted from the ledger's summary (`ledger.summary`, refreshed every few
+    seconds by a thread), not by a count over the effects on every page; the proposals are
+    few and indexed."""
+    held = sum(
+        n
+        for (_, _, _, status), n in summary.latest().effect_counts.items()
+        if status == Status.AWAITING_APPROVAL
     )
+    return held + pending_proposals().count()
 
 
 def halts(request: HttpRequest) -> dict[str, Any]:
