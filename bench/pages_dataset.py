@@ -18,7 +18,7 @@ REASONS = (
     *["no_lookup"] * 4,  # 6–9: send_email, unknown
     *["reconciliation_inconclusive"] * 3,  # 10–12: create_ticket, unknown
     *["attempts_exhausted"] * 2,  # 13–14
-    "possible_duplicate",  # 15: confirmed
+    "duplicate",  # 15: confirmed
     "provider_mismatch",  # 16
     "not_found_unproven",  # 17: create_ticket
     "compensation_failed",  # 18: a failed refund_card compensation
@@ -137,7 +137,7 @@ SELECT %(actions)s + row_number() OVER (ORDER BY resolved_at, target_g) AS dg, *
         UNION ALL
         SELECT j * %(step)s,
                (ARRAY['compensate', 'confirm', 'fail', 'retry'])[mod(j, 4) + 1],
-               (ARRAY['possible_duplicate', 'reconciliation_inconclusive', 'no_lookup',
+               (ARRAY['duplicate', 'reconciliation_inconclusive', 'no_lookup',
                       'not_found_unproven'])[mod(j, 4) + 1],
                {_created("j * %(step)s")} + interval '1 day',
                {_created("j * %(step)s")} + interval '1 day 3 hours'
@@ -349,9 +349,9 @@ SELECT e.id, v.kind, v.actor, v.from_status, v.to_status, v.reason, v.data,
             ELSE '{}'::jsonb END,
        e.created_at + interval '2 seconds'),
       (4, 'reconciliation', 'system:reconciler', '', '',
-       CASE r.reason WHEN 'possible_duplicate' THEN 'found' WHEN 'provider_mismatch' THEN 'mismatch'
+       CASE r.reason WHEN 'duplicate' THEN 'found' WHEN 'provider_mismatch' THEN 'mismatch'
                      WHEN 'not_found_unproven' THEN 'not_found' ELSE 'inconclusive' END,
-       jsonb_build_object('status', CASE WHEN r.reason = 'possible_duplicate' THEN 'succeeded' END,
+       jsonb_build_object('status', CASE WHEN r.reason = 'duplicate' THEN 'succeeded' END,
                           'provider_ref', NULL,
                           'detail', 'lookup ' || CASE r.reason WHEN 'provider_mismatch'
                                                       THEN 'found a different amount'
@@ -363,7 +363,7 @@ SELECT e.id, v.kind, v.actor, v.from_status, v.to_status, v.reason, v.data,
             ELSE v.n = 1
                  OR (v.n = 2 AND e.status NOT IN ('planned', 'cancelled'))
                  OR (v.n = 3 AND e.status NOT IN ('planned', 'dispatching'))
-                 OR (v.n = 4 AND r.reason IN ('reconciliation_inconclusive', 'possible_duplicate',
+                 OR (v.n = 4 AND r.reason IN ('reconciliation_inconclusive', 'duplicate',
                                               'provider_mismatch', 'not_found_unproven')) END
  ORDER BY v.at, e.id, v.n
 """

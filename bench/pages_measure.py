@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from bench.cpu import CLOCK_TICKS, machine_ticks, ticks_of
 from bench.harness import sql_rows
@@ -65,6 +66,48 @@ SELECT (SELECT row(e.id, e.effect_key, e.status, e.tool, a.name, e.created_at)
              WHERE kind = 'reconciliation' OR actor LIKE 'system:%'
              ORDER BY id DESC LIMIT 15) v)
 """
+
+
+# The queue's exact-match search (`reviews.queue.search_effects`): the effects one text names
+# by any of the five columns (the id only when the text is a UUID), and their open items, in
+# one round trip.
+RAW_SEARCH = """
+WITH found AS (
+    SELECT id FROM ledger_effect
+     WHERE idempotency_key = %(q)s OR provider_ref = %(q)s OR target = %(q)s OR run_id = %(q)s
+        {by_id}
+     LIMIT 1000
+)
+SELECT r.id, r.effect_id, r.reason, r.opened_at, r.due_at, e.effect_key, e.status, e.amount_minor
+  FROM found JOIN reviews_reviewitem r ON r.effect_id = found.id AND r.resolved_at IS NULL
+  JOIN ledger_effect e ON e.id = r.effect_id
+ ORDER BY r.opened_at, r.id LIMIT 51
+"""
+# What is searched for, by kind: a column of effects that have an open item (the provider
+# reference of any effect that has one: items are mostly on effects without).
+SEARCHED = {
+    "effect id": "SELECT e.id::text",
+    "idempotency key": "SELECT e.idempotency_key",
+    "run": "SELECT e.run_id",
+    "target": "SELECT e.target",
+}
+
+
+def search_values(sample: list[str]) -> dict[str, list[str]]:
+    """For each kind of search, texts that name effects of the sample (a provider reference:
+    any effect's), in the sample's order."""
+    values = {}
+    for kind, select in SEARCHED.items():
+        rows = sql_rows(
+            f"{select} FROM ledger_effect e WHERE e.id = ANY(%s::uuid[])", [sample[:200]]
+        )
+        values[kind] = [str(r[0]) for r in rows if r[0]]
+    refs = sql_rows(
+        "SELECT provider_ref FROM ledger_effect WHERE provider_ref IS NOT NULL "
+        "AND provider_ref <> '' LIMIT 200"
+    )
+    values["provider ref"] = [str(r[0]) for r in refs]
+    return {kind: found for kind, found in values.items() if found}
 
 
 def raw_queue(where: str = "", order: str = "r.opened_at, r.id", offset: int = 0) -> str:
@@ -148,7 +191,18 @@ def page_kinds(me_id: int, sample: list[str]) -> list[PageKind]:
             lambda n: [sample[n % len(sample)]],
         ),
         PageKind("overview", True, fixed("/"), RAW_OVERVIEW, none),
+        *(_search_kind(kind, texts) for kind, texts in search_values(sample).items()),
     ]
+
+
+def _search_kind(kind: str, texts: list[str]) -> PageKind:
+    return PageKind(
+        f"queue ?q=<{kind}>",
+        True,
+        lambda n: f"/queue/?q={quote(texts[n % len(texts)])}",
+        RAW_SEARCH.format(by_id="OR id = %(q)s::uuid" if kind == "effect id" else ""),
+        lambda n: {"q": texts[n % len(texts)]},
+    )
 
 
 def detail_sample(size: int, seed: int) -> list[str]:
