@@ -22,11 +22,13 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
+from django.urls import reverse
 from django.utils import timezone
 
 from ledger.iso4217 import major_units
 from ledger.models import Effect, ReviewItem
 from reviews.suggest import suggest_for_rows
+from reviews.templatetags.times import FORMAT
 
 PAGE_SIZE = 50
 COUNT_CAP = 10_000
@@ -156,15 +158,34 @@ def dress(items: Sequence[ReviewItem], now: datetime | None = None) -> None:
     `reviews.suggest.suggest_for_rows`)."""
     now = now or timezone.now()
     suggestions = suggest_for_rows(items) if items else {}
+    # Each row's three addresses from one reversal each (a `{% url %}` per row and link is a
+    # tenth of the page's rendering).
+    effect_url = _address("effect", _SOME_UUID)
+    claim_url, assign_url = (_address(name, _SOME_ID) for name in ("review-claim", "review-assign"))
     for item in items:
         effect = item.effect
-        item.age = age(item.effect_created_at or item.opened_at, now)
+        item.effect_url = effect_url.format(item.effect_id)
+        item.claim_url = claim_url.format(item.pk)
+        item.assign_url = assign_url.format(item.pk)
+        created = item.effect_created_at or item.opened_at
+        item.age = age(created, now)
+        item.created_text = timezone.localtime(created).strftime(FORMAT)
         item.amount = (
             major_units(effect.amount_minor, effect.currency)
             if effect.amount_minor is not None and effect.currency
             else ""
         )
         item.suggested = suggestions.get(item.pk)
+
+
+# Arguments no real row has, reversed once and replaced by each row's own.
+_SOME_UUID = uuid.UUID("0123abcd-0123-4567-89ab-0123456789ab")
+_SOME_ID = 987654321
+
+
+def _address(name: str, argument: Any) -> str:
+    """The URL of `name` as a format string with one `{}` where its argument goes."""
+    return reverse(name, args=[argument]).replace(str(argument), "{}")
 
 
 def age(since: datetime, now: datetime) -> str:
