@@ -8,8 +8,9 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from django.db import connection
@@ -20,6 +21,9 @@ from ledger.models import Effect, EffectEvent, Reason, ReviewItem
 from ledger.reviewqueue import open_review
 from ledger.transitions import record_event
 from tests.conftest import ROOT, events_of
+
+if TYPE_CHECKING:
+    from tests.sandbox import SandboxProvider
 
 CHARGE = {"amount": "10.00", "currency": "EUR", "account": "acct_42"}
 # charge_card's settle_after in tools.toml is 2 minutes: a lease that ran out 3 minutes ago
@@ -94,7 +98,85 @@ def tampering() -> Iterator:
             cursor.execute("SET session_replication_role = DEFAULT")
 
 
+# --- Sandbox providers ---------------------------------------------------------------------
+
+
+def charge(
+    provider: SandboxProvider, key: str | None = None, body: Any = None, **headers: str
+) -> httpx.Response:
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return provider.http.post("/charges", json=CHARGE if body is None else body, headers=headers)
+
+
+def get(provider: SandboxProvider, path: str, **headers: str) -> httpx.Response:
+    return provider.http.get(path, headers=headers)
+
+
+def refund(provider: SandboxProvider, key: str, body: dict[str, Any]) -> httpx.Response:
+    return provider.http.post("/refunds", json=body, headers={"Idempotency-Key": key})
+
+
+def created_ago(effect: Effect, age: timedelta) -> Effect:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE ledger_effect SET created_at = now() - make_interval(secs => %s) WHERE id = %s",
+            [age.total_seconds(), effect.id],
+        )
+    return effect
+
+
 # --- Reconciliation --------------------------------------------------------------------------
+
+
+def lease_ran_out(effect_id: str, seconds_ago: int = 1) -> None:
+    """The lease expired `seconds_ago` seconds ago, and the sweep queued the effect for a check
+    at that moment (as `queue_expired_leases` does)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE ledger_effect SET lease_expires_at = now() - make_interval(secs => %s), "
+            "next_check_at = now() - make_interval(secs => %s) WHERE id = %s",
+            [seconds_ago, seconds_ago, effect_id],
+        )
+
+
+def time_passes(effect_id: str, seconds: float) -> None:
+    """Move every timestamp of one effect into the past: as if `seconds` had gone by."""
+    columns = [
+        "created_at",
+        "updated_at",
+        "lease_expires_at",
+        "next_check_at",
+        "left_dispatch_at",
+        "confirm_deadline",
+        "resolved_at",
+    ]
+    shift = ", ".join(f"{c} = {c} - make_interval(secs => %s)" for c in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE ledger_effect SET {shift} WHERE id = %s",
+            [seconds] * len(columns) + [effect_id],
+        )
+
+
+def due_now(effect_id: str) -> None:
+    """The next check is due (its backoff has passed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE ledger_effect SET next_check_at = now() - interval '1 second' WHERE id = %s",
+            [effect_id],
+        )
+
+
+def statuses_of(effect: dict) -> list[str]:
+    return [e.to_status for e in events_of(effect["id"]) if e.kind == "transition"]
+
+
+def lost(alice, step_id: str = "step-1", *, seconds_ago: int = 1, **intent: Any) -> dict:
+    """An effect claimed by an agent that then went silent until its lease ran out."""
+    effect = alice.intent(step_id=step_id, claim=True, **intent)
+    lease_ran_out(effect["id"], seconds_ago)
+    return effect
 
 
 def charge_at(provider, effect: dict, **body: Any) -> httpx.Response:

@@ -22,25 +22,11 @@ from ledger.transitions import Move, transition, transition_many
 from reconcilers.reconcile import ACTOR, check, process_many, take
 from tests import test_metrics
 from tests.conftest import events_of
-from tests.factories import SETTLED, charge_at, checks_of, stored
+from tests.factories import SETTLED, charge_at, checks_of, lost, stored
 from tests.test_metrics import value
 
 # /metrics scraped as tests/test_metrics.py does it (its fixture, shared by name).
 scrape = test_metrics.scrape
-
-
-def lost(alice, step_id: str, *, request: dict | None = None) -> dict:
-    """A claimed effect whose lease ran out long enough ago for "not found" to prove
-    non-receipt, and which the sweep queued for a check then."""
-    body = {"request": request} if request else {}
-    effect = alice.intent(step_id=step_id, claim=True, **body)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE ledger_effect SET lease_expires_at = now() - make_interval(secs => %s), "
-            "next_check_at = now() - make_interval(secs => %s) WHERE id = %s",
-            [SETTLED, SETTLED, effect["id"]],
-        )
-    return effect
 
 
 def trail(effect: dict) -> list[tuple[str, str, str, str]]:
@@ -54,7 +40,9 @@ def test_a_batch_records_nothing_for_an_effect_moved_meanwhile_and_everything_fo
     scrape,
     django_capture_on_commit_callbacks,
 ):
-    found, moved, never = (lost(alice, step) for step in ("found", "moved", "never"))
+    found, moved, never = (
+        lost(alice, step, seconds_ago=SETTLED) for step in ("found", "moved", "never")
+    )
     charge = charge_at(provider, found).json()
     charge_at(provider, moved)
     samples = scrape()
@@ -110,9 +98,9 @@ def test_a_batch_records_nothing_for_an_effect_moved_meanwhile_and_everything_fo
 
 
 def test_the_moves_carry_what_the_single_path_wrote(alice, provider):
-    found = lost(alice, "found")
+    found = lost(alice, "found", seconds_ago=SETTLED)
     charge_at(provider, found)
-    never = lost(alice, "never")
+    never = lost(alice, "never", seconds_ago=SETTLED)
 
     assert process_many([found["id"], never["id"]]) == 2
 
@@ -136,7 +124,7 @@ def test_a_batch_of_proofs_of_non_receipt_releases_every_amount(alice, provider)
         amount_path="amount", currency_path="currency", limit_amount_per_day={"EUR": "100.00"}
     )
     request = {"amount": "10.00", "currency": "EUR"}
-    effects = [lost(alice, step, request=request) for step in ("a", "b", "c")]
+    effects = [lost(alice, step, seconds_ago=SETTLED, request=request) for step in ("a", "b", "c")]
     kept = charge_at(provider, effects[2])
     assert kept.status_code == 201
     assert AmountCharge.objects.filter(effect_id__in=[e["id"] for e in effects]).count() == 3
@@ -149,7 +137,7 @@ def test_a_batch_of_proofs_of_non_receipt_releases_every_amount(alice, provider)
 
 def test_a_bigger_batch_costs_no_more_statements(alice, provider):
     def statements(count: int, prefix: str) -> int:
-        effects = [lost(alice, f"{prefix}-{n}") for n in range(count)]
+        effects = [lost(alice, f"{prefix}-{n}", seconds_ago=SETTLED) for n in range(count)]
         for effect in effects[::2]:
             charge_at(provider, effect)
         with CaptureQueriesContext(connection) as queries:
