@@ -2,7 +2,8 @@
 
 Every item is opened by one INSERT shape, whether for one effect (`open_review`) or for a whole
 sweep (`reviews.escalation`): due within the effect's tool's `resolve_within` or the default
-(LEDGER_RESOLVE_WITHIN, 24 h). An effect has at most one open item (the partial unique index
+(LEDGER_RESOLVE_WITHIN, 24 h), or when the provider's back-office window closes if that comes
+first. An effect has at most one open item (the partial unique index
 `review_one_open_uniq`): opening another raises the open one to the graver reason, or leaves
 it; `close_settled_reviews` closes those of effects a machine has settled. The alerts
 (`reviews.alerts`) count down to the due time. A trigger (migration 0016) copies the effect's
@@ -41,16 +42,29 @@ _SEVERITY_SQL = (
 )
 
 
+def due_sql(tool: str, since: str) -> str:
+    """SQL: when something a person must look at, opened now, is due. `resolve_within` of the
+    tool row `tool` (a table alias; NULL columns take the defaults) after now, or sooner: the
+    moment the provider's back-office window (`backoffice_window`, counted from the SQL
+    expression `since`), during which its record can still be corrected by a void or a refund,
+    closes, if that is still ahead. So the alerts come while the provider can still put things
+    right; a window already closed changes nothing."""
+    resolve = int(settings.LEDGER_RESOLVE_WITHIN)
+    window = int(settings.LEDGER_BACKOFFICE_WINDOW)
+    resolved_by = f"now() + COALESCE({tool}.resolve_within, make_interval(secs => {resolve}))"
+    closes = f"{since} + COALESCE({tool}.backoffice_window, make_interval(secs => {window}))"
+    return f"CASE WHEN {closes} > now() THEN LEAST({resolved_by}, {closes}) ELSE {resolved_by} END"
+
+
 def open_reviews_sql(candidates: str) -> str:
     """The INSERT that opens an item for each row of `candidates`, a SELECT of
     `(effect_id, reason)`. Where the effect has an open item already, the item takes the new
     reason and severity if that is graver (a duplicate found on an inconclusive item), and is
-    otherwise left as it is."""
-    default = int(settings.LEDGER_RESOLVE_WITHIN)
+    otherwise left as it is. Due as `due_sql` says, the window counted from the effect's
+    creation."""
     return f"""
         INSERT INTO {_TABLE} (effect_id, reason, severity, opened_at, due_at, resolution)
-        SELECT c.effect_id, c.reason, {_SEVERITY_SQL}, now(),
-               now() + COALESCE(t.resolve_within, make_interval(secs => {default})), ''
+        SELECT c.effect_id, c.reason, {_SEVERITY_SQL}, now(), {due_sql("t", "e.created_at")}, ''
           FROM ({candidates}) c
           JOIN {Effect._meta.db_table} e ON e.id = c.effect_id
           LEFT JOIN {Tool._meta.db_table} t ON t.name = e.tool

@@ -28,6 +28,7 @@ from ledger.reviewqueue import open_review
 from ledger.toolfile import load
 from reviews.alerts import send_due, sweep
 from tests.conftest import ROOT
+from tests.factories import created_ago
 
 SECRET = "alert-webhook-secret-0123456789"
 
@@ -60,7 +61,7 @@ def test_an_item_is_due_24_hours_after_it_opens_by_default(make_effect):
     assert item.due_at - item.opened_at == timedelta(hours=24)
 
 
-def test_a_tools_resolve_within_sets_the_due_time_and_not_its_back_office_window(
+def test_a_tools_resolve_within_sets_the_due_time_when_its_back_office_window_closes_later(
     make_effect, tools
 ):
     tools["charge_card"].resolve_within = timedelta(hours=4)
@@ -70,6 +71,29 @@ def test_a_tools_resolve_within_sets_the_due_time_and_not_its_back_office_window
     item = item_for(make_effect("unknown"))
 
     assert item.due_at - item.opened_at == timedelta(hours=4)
+
+
+def test_an_item_is_due_when_the_back_office_window_closes_if_that_comes_first(make_effect, tools):
+    # charge_card: resolve_within 24 h; its provider can void or refund for 7 days.
+    tools["charge_card"].backoffice_window = timedelta(days=7)
+    tools["charge_card"].save()
+    effect = created_ago(make_effect("unknown"), timedelta(days=6, hours=20))
+
+    item = item_for(effect)
+
+    effect.refresh_from_db()
+    assert item.due_at == effect.created_at + timedelta(days=7)
+    assert item.due_at - item.opened_at == timedelta(hours=4)
+
+
+def test_a_back_office_window_already_closed_leaves_the_item_its_resolve_within(make_effect, tools):
+    tools["charge_card"].backoffice_window = timedelta(days=7)
+    tools["charge_card"].save()
+    effect = created_ago(make_effect("unknown"), timedelta(days=8))
+
+    item = item_for(effect)
+
+    assert item.due_at - item.opened_at == timedelta(hours=24)
 
 
 def test_resolve_within_is_declared_in_the_tool_file(db, tmp_path):

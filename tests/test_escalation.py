@@ -8,23 +8,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 
 from ledger.models import Effect, ReviewItem
 from ledger.reviewqueue import open_review
 from reviews.escalation import escalate
+from tests.factories import created_ago
 
 INCOMPLETE = ["planned", "dispatching", "awaiting_confirmation", "unknown"]
 TERMINAL = ["confirmed", "failed", "cancelled", "compensated"]
-
-
-def created_ago(effect: Effect, age: timedelta) -> Effect:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE ledger_effect SET created_at = now() - make_interval(secs => %s) WHERE id = %s",
-            [age.total_seconds(), effect.id],
-        )
-    return effect
 
 
 def open_items(effect: Effect) -> list[str]:

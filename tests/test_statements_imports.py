@@ -24,6 +24,7 @@ from ledger.models import (
     Severity,
     StatementImport,
     StatementLine,
+    Tool,
 )
 from ledger.statements import (
     AlreadyAcknowledged,
@@ -281,6 +282,18 @@ def test_an_orphan_is_an_incident_only_once_the_next_final_period_is_in(setup, o
     assert list(incident_queue()) == []
     with pytest.raises(AlreadyAcknowledged, match="acknowledged by olga"):
         acknowledge_incident(incident.pk, user=otto, note="me too")
+
+
+def test_an_incident_is_due_when_its_lines_back_office_window_closes_if_that_is_sooner(setup):
+    # The provider can still void the orphan charge for 3 more hours; resolve_within is 24 h.
+    now, claim = setup.now, setup.claim
+    Tool.objects.filter(name="stmt_pay").update(backoffice_window=now - claim + timedelta(hours=3))
+    run_import(setup.period, [line(None, claim, reference="el_nobody", provider_ref="ch_x")])
+    run_import(day(now, 1), [])
+
+    incident = Incident.objects.get()
+    assert incident.due_at == now + timedelta(hours=3)
+    assert incident.due_at - incident.opened_at == timedelta(hours=3)
 
 
 def test_fees_and_failed_lines_without_an_effect_are_not_orphans(setup):

@@ -154,7 +154,8 @@ class Tool(models.Model):
     # alerts count down to. NULL: LEDGER_RESOLVE_WITHIN.
     resolve_within = models.DurationField(null=True, blank=True)
     # The provider's back-office window: how long its own record stays correctable (a void, a
-    # refund). Declared and stored; it no longer sets when a review item is due.
+    # refund), from the effect's creation. A review item is due when it closes, if that comes
+    # before `resolve_within` (`ledger.reviewqueue`).
     backoffice_window = models.DurationField()
     retention = models.DurationField()
     # Field names exempt from the card-number scan (a 13-digit millisecond timestamp).

@@ -5,16 +5,16 @@ tool is an orphan only once the *next* period's final statement is in as well (o
 at or before this statement's end and ends after it): until then the line may still be
 revised away, and an effect may still be on its way. Each orphan opens one `Incident` (high
 severity for a successful line, normal for a pending one), due within the tool's
-`resolve_within` or LEDGER_RESOLVE_WITHIN. A person closes it with `acknowledge_incident`,
-recorded as a decision effect under the reserved system agent (run `incidents`, target
-"incident:<id>"), like a halt.
+`resolve_within` or LEDGER_RESOLVE_WITHIN, or sooner when the provider's back-office window,
+counted from the line's time, closes first (`ledger.reviewqueue.due_sql`). A person closes it
+with `acknowledge_incident`, recorded as a decision effect under the reserved system agent (run
+`incidents`, target "incident:<id>"), like a halt.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Now
@@ -35,6 +35,7 @@ from ledger.models import (
     Tool,
 )
 from ledger.redaction import scrub_cards
+from ledger.reviewqueue import due_sql
 from ledger.statements.apply import Progress
 
 DECISIONS_RUN = "incidents"
@@ -68,8 +69,7 @@ def orphans_phase(made: StatementImport, tool: Tool) -> Progress:
                 INSERT INTO {_INCIDENTS} (kind, tool, line_id, severity, opened_at, due_at, note)
                 SELECT %(kind)s, %(tool)s, l.id,
                        CASE WHEN l.status = %(succeeded)s THEN %(high)s ELSE %(normal)s END,
-                       now(), now() + coalesce(t.resolve_within, make_interval(secs => %(due)s)),
-                       ''
+                       now(), {due_sql("t", "l.occurred_at")}, ''
                   FROM ready JOIN {_LINES} l ON l.statement_id = ready.id
                   LEFT JOIN {_TOOLS} t ON t.name = %(tool)s
                  WHERE l.effect_id IS NULL AND l.removed_by_id IS NULL
@@ -102,7 +102,6 @@ def orphans_phase(made: StatementImport, tool: Tool) -> Progress:
                 "failed": LineStatus.FAILED.value,
                 "high": int(Severity.HIGH),
                 "normal": int(Severity.NORMAL),
-                "due": int(settings.LEDGER_RESOLVE_WITHIN),
                 "money": _MONEY,
                 "alert": AlertKind.INCIDENT_OPENED.value,
             },
