@@ -47,18 +47,24 @@ def _found(make_effect) -> Effect:
     return effect
 
 
-def _declined(make_effect) -> Effect:
-    effect = make_effect("unknown", effect_key="pay-102:charge", attempt=1)
+def _mismatched(make_effect, n: int, status: str, amount: str, their_status: str) -> Effect:
+    """An unknown charge the lookup found with another amount (a `mismatch` item)."""
+    effect = make_effect("unknown", effect_key=f"pay-{n}:charge", attempt=1)
+    ref = f"ch_{n}"
     lookup(
         effect,
         "found",
-        provider_ref="ch_102",
-        status="failed",
+        provider_ref=ref,
+        status=status,
         mismatches=["amount"],
-        record={"id": "ch_102", "amount": "9.00", "status": "failed"},
+        record={"id": ref, "amount": amount, "status": their_status},
     )
     open_review(effect.id, Reason.MISMATCH)
     return effect
+
+
+def _declined(make_effect) -> Effect:
+    return _mismatched(make_effect, 102, "failed", "9.00", "failed")
 
 
 def _absent(make_effect) -> Effect:
@@ -88,17 +94,7 @@ def _charged_twice(make_effect) -> Effect:
 
 
 def _differs(make_effect) -> Effect:
-    effect = make_effect("unknown", effect_key="pay-107:charge", attempt=1)
-    lookup(
-        effect,
-        "found",
-        provider_ref="ch_107",
-        status="confirmed",
-        mismatches=["amount"],
-        record={"id": "ch_107", "amount": "1.10", "status": "succeeded"},
-    )
-    open_review(effect.id, Reason.MISMATCH)
-    return effect
+    return _mismatched(make_effect, 107, "confirmed", "1.10", "succeeded")
 
 
 def _exhausted(make_effect) -> Effect:
