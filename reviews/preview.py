@@ -152,13 +152,16 @@ def _base(effect: Effect, action: str, status: str, actor: str, *lines: Line) ->
     return Preview(action=action, status=status, actor=actor, agent=effect.agent.name, lines=lines)
 
 
+def _unchanged(effect: Effect, action: str, text: str) -> Preview:
+    """The effect stays as it is and a person acts next."""
+    return _base(effect, action, effect.status, PERSON, Line(text))
+
+
 def _generic(effect: Effect, facts: _Facts, action: str) -> Preview:
-    return _base(
+    return _unchanged(
         effect,
         action,
-        effect.status,
-        PERSON,
-        Line("This page cannot say in advance what this decision does; check the effect after."),
+        "This page cannot say in advance what this decision does; check the effect after.",
     )
 
 
@@ -355,12 +358,8 @@ def _extra_attempt(effect: Effect, facts: _Facts, action: str) -> Preview:
 
 
 def _refused(effect: Effect, action: str, why: str) -> Preview:
-    return _base(
-        effect,
-        action,
-        effect.status,
-        PERSON,
-        Line(f"{why} The ledger will refuse this decision; nothing changes."),
+    return _unchanged(
+        effect, action, f"{why} The ledger will refuse this decision; nothing changes."
     )
 
 
