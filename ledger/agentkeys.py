@@ -10,6 +10,8 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -33,19 +35,35 @@ RECHECK_SECONDS = 0.2
 
 _AGENT_FIELDS = ("id", "name", "is_active", "mode", "created_at")
 # One row always (the version), with the key's agent when the key is live (neither revoked nor
-# expired) and its agent active and in the key's mode; and how long ago the key was last used
-# (`ledger.keyuse`), so that tracking it needs no query of its own.
+# expired) and its agent active and in the key's mode; how long ago the key was last used
+# (`ledger.keyuse`), so that tracking it needs no query of its own; and how many seconds the key
+# has left before it expires (NULL: no expiry), by the database clock. The remaining time, not
+# the timestamp, is what a process keeps: its own monotonic clock counts it down, so a key
+# expires in every process when the database says it does, whatever the hosts' clocks read.
 _AUTHENTICATE = (
     f"SELECT {configversion.VERSION_SQL}, k.id, k.digest, "
     "EXTRACT(EPOCH FROM now() - k.last_used_at)::float8, "
+    "EXTRACT(EPOCH FROM k.expires_at - now())::float8, "
     + ", ".join(f"a.{name}" for name in _AGENT_FIELDS)
     + f" FROM (SELECT 1) AS one LEFT JOIN ({ApiKey._meta.db_table} k"
     f" JOIN {Agent._meta.db_table} a ON a.id = k.agent_id AND a.is_active AND a.mode = %s)"
     " ON k.prefix = %s AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())"
 )
 
-# digest → (key id, agent)
-_known: configversion.VersionedCache[tuple[int, Agent]] = configversion.VersionedCache()
+
+@dataclass(frozen=True)
+class _Known:
+    key_id: int
+    agent: Agent
+    # time.monotonic() past which the key has expired; None for a key without an expiry.
+    expires: float | None
+
+    def expired(self) -> bool:
+        return self.expires is not None and time.monotonic() >= self.expires
+
+
+# digest → what its last successful read said
+_known: configversion.VersionedCache[_Known] = configversion.VersionedCache()
 
 
 def _digest(key: str) -> str:
@@ -82,18 +100,27 @@ def agent_for_key(key: str) -> Agent | None:
     digest = _digest(key)
     fresh = configversion.seen_within(RECHECK_SECONDS)
     known = _known.get(digest, fresh) if fresh is not None else None
+    if known is not None and known.expired():
+        # Expiry is part of a key's validity on every path: time passing does not move the
+        # configuration version, so the cache must count it down itself.
+        _known.evict(digest)
+        return None
     if known is None:
         with connection.cursor() as cursor:
             cursor.execute(_AUTHENTICATE, [str(mode), prefix])
-            version, key_id, stored, age, *agent_row = cursor.fetchone()
+            version, key_id, stored, age, left, *agent_row = cursor.fetchone()
         configversion.observe(version)
         if stored is None or not hmac.compare_digest(stored, digest):
+            # A refusal forgets the key, so no later request can pass on an older read.
+            _known.evict(digest)
             return None
         keyuse.observe(key_id, age)
-        known = (key_id, Agent.from_db(connection.alias, list(_AGENT_FIELDS), agent_row))
+        expires = None if left is None else time.monotonic() + left
+        agent = Agent.from_db(connection.alias, list(_AGENT_FIELDS), agent_row)
+        known = _Known(key_id, agent, expires)
         _known.put(digest, version, known)
-    keyuse.arm(known[0])
-    return known[1]
+    keyuse.arm(known.key_id)
+    return known.agent
 
 
 def key_prefix(text: str) -> str | None:

@@ -98,6 +98,9 @@ class VersionedCache(Generic[V]):
             self._version = version
         self._entries[key] = (version, value)
 
+    def evict(self, key: str) -> None:
+        self._entries.pop(key, None)  # one dict operation: atomic for gthread's threads
+
 
 for _model in (Agent, ApiKey, Tool):
     post_save.connect(expire, sender=_model, dispatch_uid=f"configversion-{_model.__name__}")

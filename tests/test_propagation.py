@@ -287,3 +287,56 @@ def test_a_moved_version_drops_this_processs_copies_and_reads_the_tool_once(alic
         {"ledger_apikey", "ledger_configversion"},
         {"ledger_tool"},
     ]
+
+
+@across_processes
+def test_an_expired_key_is_refused_by_every_server_once_it_expires_and_stays_refused(
+    servers, agent_key
+):
+    """Time passing moves no configuration version: a key each server remembers must still be
+    refused the moment the database clock passes its expiry, and never accepted after that,
+    however busy the server is with other keys (which keep its version fresh)."""
+    agent, key = agent_key
+    other = issue_key(agent)  # keeps each server's version read fresh, as a busy server's is
+    clients, busy = _clients(servers, key), _clients(servers, other)
+    with psycopg.connect(_env()["DATABASE_URL"], autocommit=True) as conn:
+        left = conn.execute(
+            "UPDATE ledger_apikey SET expires_at = now() + interval '1.5 seconds' "
+            "WHERE prefix = %s RETURNING EXTRACT(EPOCH FROM expires_at - now())::float8",
+            [agentkeys.key_prefix(key)],
+        ).fetchone()[0]
+    expires = time.monotonic() + left
+    while time.monotonic() < expires - 0.3:  # warm: the expiry is in every server's memory
+        for client, helper in zip(clients, busy, strict=True):
+            assert _status(client) == 200
+            _status(helper)
+    took = _seconds_until(clients, expires, lambda c: _status(c) == 401)
+    assert max(took) <= agentkeys.RECHECK_SECONDS + 0.3
+    for _ in range(40):
+        for client, helper in zip(clients, busy, strict=True):
+            assert _status(helper) == 200
+            assert _status(client) == 401
+            # A write with a claim right after a refused read is refused too.
+            claimed = client.post(
+                "/effects", json={**INTENT, "run_id": "expired", "step_id": "1", "claim": True}
+            )
+            assert claimed.status_code == 401
+
+
+def test_a_key_kept_in_memory_is_refused_once_its_expiry_passes_and_forgotten(alice, steady):
+    """In one busy process, where the key is served from memory without a query: its expiry
+    travels with it, counted down by this process's clock, and a refusal forgets it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE ledger_apikey SET expires_at = now() + interval '0.5 s' WHERE prefix = %s",
+            [agentkeys.key_prefix(alice.key)],
+        )
+    configversion.expire()  # this process changed a key: it reads the key again
+    assert alice.get("/effects").status_code == 200
+    read = time.monotonic()
+    with CaptureQueriesContext(connection) as served:
+        assert alice.get("/effects").status_code == 200
+    assert not any(_tables(served)), "the key came from memory"
+    time.sleep(max(0.0, read + 0.6 - time.monotonic()))
+    assert alice.get("/effects").status_code == 401
+    assert agentkeys._known.get(agentkeys._digest(alice.key), configversion.current()) is None
