@@ -308,6 +308,9 @@ if LEDGER_ALERT_WEBHOOK_FORMAT not in ("json", "slack") or (
 LEDGER_MAX_WAITERS = env_int(
     "LEDGER_MAX_WAITERS", max(1, env_int("GUNICORN_THREADS", 4, minimum=1) // 2), minimum=1
 )
+# How many of those places one agent may hold at once (ledger.longpoll.agent_share); 0: half of
+# LEDGER_MAX_WAITERS, at least one. The rest of that agent's long polls are answered at once.
+LEDGER_WAITERS_PER_AGENT = env_int("LEDGER_WAITERS_PER_AGENT", 0, minimum=0)
 # Hosts an intent's callback_url may name (exact host names; none: callbacks are refused), and
 # the secret that signs each callback (X-Ledger-Signature, as ledger.webhooks.sign).
 LEDGER_CALLBACK_HOSTS = [h.lower() for h in env_list("LEDGER_CALLBACK_HOSTS", [])]

@@ -5,7 +5,8 @@ autocommit, listening on `ledger_effects` (the trigger of migration 0013 notifie
 commit of every status change) and wakes the waiters of the effect each notification names
 (`Waiters`: a condition variable per effect id, all on one lock). A waiter
 
-1. takes a place, at most `LEDGER_MAX_WAITERS` per process (otherwise it is answered at once);
+1. takes a place, at most `LEDGER_MAX_WAITERS` per process and at most its agent's share of
+   them (`agent_share`), otherwise it is answered at once;
 2. reads the effect: the status it waits to see change;
 3. closes the request's database connection and waits on its condition, with no query;
 4. on a notification for its effect, or at its deadline, reads the effect again.
@@ -30,6 +31,7 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import connection
+from psycopg import pq
 
 from ledger.models import Effect
 from ledger.notifications import CHANNEL
@@ -55,6 +57,14 @@ class Woke(Enum):
     TIMEOUT = "timeout"
 
 
+def agent_share(limit: int) -> int:
+    """How many of a process's `limit` places one agent may hold: `LEDGER_WAITERS_PER_AGENT`,
+    or by default half of them (at least one). Without a share, one agent's waiters could take
+    every place, and every other agent's long polls would be answered at once."""
+    share = settings.LEDGER_WAITERS_PER_AGENT or limit // 2
+    return max(1, min(share, limit))
+
+
 @dataclass
 class _Watch:
     condition: threading.Condition
@@ -65,8 +75,8 @@ class _Watch:
 class Ticket:
     """One waiter's place."""
 
-    def __init__(self, waiters: Waiters, effect_id: str, watch: _Watch) -> None:
-        self._waiters, self.effect_id, self._watch = waiters, effect_id, watch
+    def __init__(self, waiters: Waiters, effect_id: str, owner: str, watch: _Watch) -> None:
+        self._waiters, self.effect_id, self.owner, self._watch = waiters, effect_id, owner, watch
         self._changes, self._resyncs = watch.changes, waiters.resyncs
 
     def wait(self, timeout: float) -> Woke:
@@ -94,19 +104,23 @@ class Waiters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
+        self._held: dict[str, int] = {}  # owner (an agent id) → places it holds
         self.count = 0
         self.resyncs = 0
 
-    def admit(self, effect_id: str, limit: int) -> Ticket | None:
+    def admit(self, effect_id: str, owner: str, limit: int, share: int) -> Ticket | None:
+        """A place for a waiter of `owner`'s, unless the process holds `limit` already or
+        `owner` holds its `share`."""
         with self._lock:
-            if self.count >= limit:
+            if self.count >= limit or self._held.get(owner, 0) >= share:
                 return None
             watch = self._watches.get(effect_id)
             if watch is None:
                 watch = self._watches[effect_id] = _Watch(threading.Condition(self._lock))
             watch.waiters += 1
             self.count += 1
-            return Ticket(self, effect_id, watch)
+            self._held[owner] = self._held.get(owner, 0) + 1
+            return Ticket(self, effect_id, owner, watch)
 
     def release(self, ticket: Ticket) -> None:
         with self._lock:
@@ -115,6 +129,9 @@ class Waiters:
             self.count -= 1
             if not watch.waiters:
                 del self._watches[ticket.effect_id]
+            self._held[ticket.owner] -= 1
+            if not self._held[ticket.owner]:
+                del self._held[ticket.owner]
 
     def wake(self, effect_id: str) -> None:
         with self._lock:
@@ -130,6 +147,9 @@ class Waiters:
                 watch.condition.notify_all()
 
 
+_LIBPQ_KEYWORDS = frozenset(option.keyword.decode() for option in pq.Conninfo.get_defaults())
+
+
 def _listen_params() -> dict[str, Any]:
     """How to reach the database Django uses (in tests: the test database), or
     `LEDGER_LISTEN_URL` when set: LISTEN needs a session of its own, so behind a transaction
@@ -140,18 +160,17 @@ def _listen_params() -> dict[str, Any]:
             "connect_timeout": 3,
             "application_name": APPLICATION_NAME,
         }
-    given = connection.settings_dict
-    params = {
-        "dbname": given["NAME"],
-        "user": given.get("USER"),
-        "password": given.get("PASSWORD"),
-        "host": given.get("HOST"),
-        "port": given.get("PORT"),
-        "connect_timeout": given.get("OPTIONS", {}).get("connect_timeout", 3),
-        "sslmode": given.get("OPTIONS", {}).get("sslmode"),
-        "application_name": APPLICATION_NAME,
-    }
-    return {name: value for name, value in params.items() if value not in (None, "")}
+    # Exactly what Django's backend connects with: NAME, USER, PASSWORD, HOST, PORT and every
+    # OPTIONS entry (a socket directory arrives as OPTIONS["host"] with HOST empty, as
+    # `make run` gives it). Fields picked by hand miss such an entry, and the listener would
+    # then offer the ledger's credentials to whatever server owns the default socket.
+    given = connection.get_connection_params()
+    # Less what only Django's own connections use (its cursor class, adapters, prepare
+    # threshold): the rest are libpq's connection settings.
+    params = {name: value for name, value in given.items() if name in _LIBPQ_KEYWORDS}
+    params.setdefault("connect_timeout", 3)
+    params["application_name"] = APPLICATION_NAME
+    return params
 
 
 class Listener(threading.Thread):
@@ -230,9 +249,14 @@ def _let_go_of_connection() -> None:
 
 def wait_for_change(effect_id: Any, seconds: float, read: Callable[[], Effect]) -> Effect | None:
     """The effect as soon as its status changes, or as it is after `seconds`. None when every
-    place is taken: the caller answers at once, with Retry-After."""
+    place is taken, or its agent's share of them: the caller answers at once, with Retry-After."""
     waiters, listener = process_waiters()
-    ticket = waiters.admit(str(effect_id), settings.LEDGER_MAX_WAITERS)
+    # Whose effect it is decides whose share the place counts against; `read` raises for an
+    # effect the caller may not see, before any place is taken. This read does not give the
+    # status to wait on: that is read once the place is held (see the module's docstring).
+    owner = str(read().agent_id)
+    limit = settings.LEDGER_MAX_WAITERS
+    ticket = waiters.admit(str(effect_id), owner, limit, agent_share(limit))
     if ticket is None:
         return None
     try:
