@@ -25,7 +25,10 @@ from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ledger.summary import SummaryCollector
+from ledger import configversion
+from ledger.configversion import VersionedCache
+from ledger.models import Tool
+from ledger.summary import SummaryCollector, tool_label
 
 MULTIPROCESS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
@@ -68,8 +71,23 @@ def count_transition(from_status: str, to_status: str) -> None:
     transaction.on_commit(partial(TRANSITIONS.labels(str(from_status), str(to_status)).inc))
 
 
+# The declared tools' names, read again when the configuration version moves (a tool declared
+# or removed): counters label every other tool summary.UNDECLARED.
+_declared: VersionedCache[frozenset[str]] = VersionedCache()
+
+
+def declared_tools() -> frozenset[str]:
+    version = configversion.current()
+    names = _declared.get("tools", version)
+    if names is None:
+        names = frozenset(Tool.objects.values_list("name", flat=True))
+        _declared.put("tools", version, names)
+    return names
+
+
 def count_reconciliation(tool: str, outcome: str) -> None:
-    transaction.on_commit(partial(RECONCILIATIONS.labels(tool, outcome).inc))
+    counter = RECONCILIATIONS.labels(tool_label(tool, declared_tools()), outcome)
+    transaction.on_commit(partial(counter.inc))
 
 
 def _authorized(request: HttpRequest, token: str) -> bool:

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,7 +34,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ledger.interlocks import blocked_branches
-from ledger.models import Agent, Alert, Effect, ReviewItem
+from ledger.models import Agent, Alert, Effect, ReviewItem, Tool
 from ledger.states import INCOMPLETE, sql_list
 
 log = logging.getLogger(__name__)
@@ -53,12 +53,22 @@ _TICK = 0.5
 _IDLE_PERIODS = 3
 # Written by the halts work (ledger.halts): a row per halt, active while lifted_at is NULL.
 _HALTS = "ledger_halt"
+# The one `tool` label value of every tool nobody declared (no `Tool` row). Agents name tools
+# freely: a series per name would let any agent grow /metrics, and the memory behind every
+# scrape, without bound.
+UNDECLARED = "undeclared"
+
+
+def tool_label(tool: str, declared: Collection[str]) -> str:
+    return tool if tool in declared else UNDECLARED
 
 
 @dataclass
 class Summary:
     # (agent's mode, kind, tool, status) → count; `effects` sums it over mode and kind.
     effect_counts: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    # Names of the declared tools, read in the same pass: the gauges label the others UNDECLARED.
+    declared_tools: frozenset[str] = frozenset()
     reviews_open: dict[str, int] = field(default_factory=dict)  # reason → count
     reviews_overdue: int = 0
     oldest_review_seconds: float = 0.0
@@ -80,10 +90,10 @@ class Summary:
 
     @property
     def effects(self) -> dict[tuple[str, str], int]:
-        """(tool, status) → count, every mode and kind."""
+        """(tool label, status) → count, every mode and kind; undeclared tools as one label."""
         total: Counter[tuple[str, str]] = Counter()
         for (_, _, tool, status), n in self.effect_counts.items():
-            total[tool, status] += n
+            total[tool_label(tool, self.declared_tools), status] += n
         return dict(total)
 
 
@@ -109,6 +119,7 @@ def read_summary() -> Summary:
             f"JOIN {_AGENTS} a ON a.id = c.agent_id GROUP BY a.mode, c.kind, c.tool, c.status"
         )
     }
+    summary.declared_tools = frozenset(Tool.objects.values_list("name", flat=True))
     summary.review_ages = _review_ages()
     summary.blocked_total, summary.blocked = blocked_branches(BLOCKED_SHOWN)
     # review_open_idx: open items.
