@@ -3,12 +3,18 @@
 Request bodies are parsed with `Decimal` for non-integers, so `10.10` stays `10.10` all the way
 into PostgreSQL and back out again. `dumps` writes JSON text itself because the standard
 encoder can only write a Decimal as a string or a rounded float.
+
+`loads` only ever says no with `MalformedJSON`: text nested deeper than `MAX_DEPTH` is refused
+before the (recursive) decoder sees it, and a number literal too large to be worth converting
+is never converted: it comes back as an `OversizedNumber`, so that the caller can name the
+field that held it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 from datetime import datetime
 from decimal import Decimal
@@ -18,19 +24,92 @@ from uuid import UUID
 _escape = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
+# Deeper than this is refused before decoding: the standard decoder recurses once per level.
+MAX_DEPTH = 64
+# A number literal longer than this is never converted. No amount, count or identifier needs
+# more (callers allow 100 digits at most), and int() of a long literal is quadratic.
+MAX_NUMBER_CHARS = 120
+# A string (possibly unterminated, so that the scan never backtracks) or a bracket.
+_STRUCTURE = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]', re.DOTALL)
+
+
 class MalformedJSON(ValueError):
     pass
+
+
+class OversizedNumber:
+    """Stands where a number literal was refused by its size, unconverted: `problem` says why.
+    Never written back out (`dumps` refuses it); callers turn it into a refusal naming the field."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+    def __repr__(self) -> str:
+        return f"OversizedNumber({self.problem!r})"
 
 
 def _refuse_constant(name: str) -> Any:
     raise MalformedJSON(f"{name} is not valid JSON")
 
 
-def loads(text: str | bytes) -> Any:
+def _number_hook(convert: Any) -> Any:
+    def parse(literal: str) -> Any:
+        if len(literal) > MAX_NUMBER_CHARS:
+            mantissa = re.split("[eE]", literal, maxsplit=1)[0]
+            digits = len(mantissa) - mantissa.count("-") - mantissa.count(".")
+            return OversizedNumber(
+                "more than 100 digits" if digits > 100 else "number out of range"
+            )
+        try:
+            return convert(literal)
+        except (ArithmeticError, ValueError):
+            # Decimal refuses exponents past its own limits (1e99999999999999999999).
+            return OversizedNumber("number out of range")
+
+    return parse
+
+
+_PARSE_INT, _PARSE_FLOAT = _number_hook(int), _number_hook(Decimal)
+
+
+def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Does `text` open more than `limit` arrays and objects inside one another? A loop, not a
+    recursion: the point is to refuse before anything recurses. Brackets inside strings do not
+    count; the text need not be valid JSON."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for match in _STRUCTURE.finditer(text):
+        char = text[match.start()]
+        if char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parsed JSON, or `MalformedJSON` (whose message never quotes the text). Numbers too large
+    to convert come back as `OversizedNumber`."""
     try:
-        return json.loads(text, parse_float=Decimal, parse_constant=_refuse_constant)
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode(json.detect_encoding(text), "surrogatepass")
+        if too_deep(text, max_depth):
+            raise MalformedJSON(f"nested deeper than {max_depth} levels")
+        return json.loads(
+            text,
+            parse_float=_PARSE_FLOAT,
+            parse_int=_PARSE_INT,
+            parse_constant=_refuse_constant,
+        )
+    except MalformedJSON:
+        raise
     except (ValueError, RecursionError) as exc:
-        raise MalformedJSON(str(exc)) from None
+        raise MalformedJSON(str(exc)[:200]) from None
 
 
 def _number(value: int | float | Decimal) -> str:

@@ -26,7 +26,11 @@ _SECRET_NAME = re.compile(
 # "4111-1111-…", dots, slashes, underscores, tabs, no-break spaces, or two of them), standing
 # on its own: a run glued to letters is part of an identifier (a provider's
 # "ch_3f41111111111111111a9"), not a card number someone wrote down.
-_GROUP_SEPARATOR = r"[ \t\u00a0\u2007\u202f._/-]{1,2}"
+_SEPARATORS = r" \t\u00a0\u2007\u202f._/-"
+_GROUP_SEPARATOR = rf"[{_SEPARATORS}]{{1,2}}"
+# A card, however grouped, is 13 or more characters of digits and separators in a row: text
+# without such a stretch (most references and identifiers) needs no closer look.
+_MAYBE_CARD = re.compile(rf"[\d{_SEPARATORS}]{{13,}}")
 # A run that follows a hex group and a hyphen continues an identifier, not a card: the
 # all-decimal tail of a UUID ("…-444e-9123-456789012345") is not a card number.
 _DIGIT_RUN = re.compile(rf"(?<![^\W_])(?<![0-9A-Fa-f]-)\d+(?:{_GROUP_SEPARATOR}\d+)*(?![^\W_])")
@@ -68,7 +72,7 @@ def _card_spans(run: str) -> Iterable[tuple[int, int]]:
 
 def scrub_cards(text: str) -> str:
     """Replace every card number inside `text` by a token."""
-    if not any(ch.isdigit() for ch in text):
+    if not _MAYBE_CARD.search(text):
         return text
     pieces: list[str] = []
     last = 0
@@ -85,6 +89,22 @@ def scrub_cards(text: str) -> str:
         return text
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+# How much of a refused value an error message shows.
+SHOWN = 40
+
+
+def excerpt(text: str, limit: int = SHOWN) -> str:
+    """`text` as an error message may quote it: at most `limit` characters (and an ellipsis),
+    card numbers tokenized. Whatever a refused input holds, the answer stays small and holds no
+    card. Cards are tokenized before the cut (so that none is cut into a prefix that survives)
+    and again after it (a cut can make a longer run of digits into a Luhn-valid one)."""
+    # Only the first characters can be shown; a grouped card is at most 55 characters long.
+    head = scrub_cards(text[: limit + 60])
+    if len(head) <= limit and len(text) <= limit + 60:
+        return repr(head)
+    return repr(scrub_cards(head[:limit]) + "…")
 
 
 def _integral_digits(value: int | Decimal) -> str | None:
