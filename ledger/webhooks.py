@@ -3,6 +3,9 @@
 Signature: header `X-Ledger-Signature: t=<unix seconds>,v1=<hex>` where the hex is
 HMAC-SHA256(provider secret, "<t>.<raw body>"). A timestamp outside the tolerance window or a
 signature seen before is refused.
+
+A card number in anything a callback brings in that is kept (the provider ref, the response)
+is tokenized first, with the same keyed token the outcome path uses, so that refs still match.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger.duplicates import report_duplicate
-from ledger.errors import InvalidTransition, LedgerError, NotFound
+from ledger.errors import InvalidTransition, LedgerError, NotFound, ValidationFailed
 from ledger.events import record_event
 from ledger.matching import differences
 from ledger.models import Effect, EventKind, Reason, Tool, WebhookDelivery
+from ledger.redaction import excerpt, scrub_cards
 from ledger.reviewqueue import open_review
 from ledger.states import TERMINAL, Status
 from ledger.tools import policy_for
@@ -28,6 +32,7 @@ from ledger.transitions import Superseded, transition
 
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _RESOLVABLE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.UNKNOWN)
+_LONGEST_REF = 500  # Effect.provider_ref
 
 
 class BadSignature(LedgerError):
@@ -44,7 +49,7 @@ def verify(provider: str, header: str, body: bytes) -> str:
     a provider has two secrets (LEDGER_WEBHOOK_OLD_SECRETS holds the old one): either signs."""
     secret = settings.LEDGER_WEBHOOK_SECRETS.get(provider)
     if secret is None:
-        raise NotFound(f"No webhook is configured for provider {provider!r}.")
+        raise NotFound(f"No webhook is configured for provider {excerpt(provider)}.")
     old = settings.LEDGER_WEBHOOK_OLD_SECRETS.get(provider)
     parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
     # Unix seconds in ASCII digits; a longer number cannot be a time within the window (and
@@ -63,6 +68,12 @@ def verify(provider: str, header: str, body: bytes) -> str:
 
 def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
     """Apply a verified callback to the effect it names."""
+    # Checked before the delivery is recorded, so that a refusal uses up no signature.
+    if len(scrub_cards(payload.get("provider_ref") or "")) > _LONGEST_REF:
+        raise ValidationFailed(
+            "The provider ref is too long.",
+            {"provider_ref": f"longer than {_LONGEST_REF} characters once cards are tokenized"},
+        )
     try:
         with transaction.atomic():
             WebhookDelivery.objects.create(provider=provider, signature=signature)

@@ -9,7 +9,14 @@ as they are. `amount` is in the tool's `amount_unit`: major ("12.50" EUR → 125
 (1250), always turned into integer minor units by the currency's ISO 4217 exponent, never
 rounded. `occurred_at` is ISO 8601 with a UTC offset and must lie in the statement's period.
 
-Any fault refuses the whole file with a `StatementError` naming the line and the column.
+Any fault refuses the whole file with a `StatementError` naming the line and the column; it
+quotes at most a few dozen characters of the value (`ledger.redaction.excerpt`), so that a
+refused file of any size gets a short answer. JSON Lines are read with `ledger.jsonenc`: depth
+bounded, and numbers refused by their size before anything converts or formats them.
+
+Card numbers in `provider_ref` and `reference` are tokenized as the line is read, with the
+same keyed token the outcome and webhook paths give a provider ref, so that a statement line
+still matches the effect whose ref held the same card, and no raw card is staged or stored.
 """
 
 from __future__ import annotations
@@ -17,7 +24,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,8 +31,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import IO, Any
 
+from ledger import jsonenc
 from ledger.iso4217 import EXPONENTS
 from ledger.models import LineStatus, LineType, Tool
+from ledger.redaction import excerpt, scrub_cards
 
 COLUMNS = ("provider_ref", "reference", "amount", "currency", "status", "occurred_at")
 OPTIONAL = ("type",)
@@ -38,7 +46,14 @@ _STATUSES = frozenset(LineStatus.values)
 _SIGNED = frozenset({LineType.REFUND, LineType.REVERSAL, LineType.FEE})
 _MAJOR = re.compile(r"(-?)(\d{1,18})(?:\.(\d{1,18}))?")
 _MINOR = re.compile(r"(-?)(\d{1,18})")
-_LONGEST = 500  # provider_ref and reference
+_LONGEST = 500  # provider_ref and reference, card numbers tokenized
+# A JSON Lines line longer than this is refused unread: a line of six short values is a few
+# hundred characters, and a line is held in memory whole while it is parsed.
+_LONGEST_LINE = 1 << 20
+# An amount (as a JSON number) is refused beyond these before it is formatted: formatting
+# 1e20000000 writes twenty million digits. 18 digits each side is what the patterns allow.
+_AMOUNT_EXPONENT = 18
+_AMOUNT_DIGITS = 36
 _DIGITS = re.compile(r"\d{1,18}", re.ASCII)
 # A status the tool does not map, when it is one of our own words (any case).
 _OWN_STATUS = {word: word for word in LineStatus.values} | {
@@ -63,7 +78,7 @@ def file_format(filename: str) -> str:
         if filename.lower().endswith(suffix):
             return name
     raise StatementError(
-        f"{filename!r}: a statement is a .csv or .jsonl file (the extension says which)."
+        f"{excerpt(filename)}: a statement is a .csv or .jsonl file (the extension says which)."
     )
 
 
@@ -146,6 +161,9 @@ class LineReader:
             or not self.period.start <= moment < self.period.end
         ):
             return self.checked_row(line, values)
+        ref, reference = scrub_cards(ref), scrub_cards(reference)
+        if len(ref) > _LONGEST or len(reference) > _LONGEST:
+            return self.checked_row(line, values)
         if self.minor_unit:
             return (line, ref, reference, kind, mapped, int(whole), code, moment)
         fraction = fraction.rstrip("0")
@@ -156,23 +174,35 @@ class LineReader:
 
     def checked_row(self, line: int, values: list[Any]) -> Row:
         provider_ref, reference, amount, currency, status, occurred_at, kind = values
-        provider_ref = self.text(line, "provider_ref", provider_ref)
+        provider_ref = self.tokenized(line, "provider_ref", provider_ref)
         if not provider_ref:
             raise self.fail(line, "provider_ref", "is empty")
-        reference = self.text(line, "reference", reference)
+        reference = self.tokenized(line, "reference", reference)
         kind = LineType.CHARGE.value if kind in (None, "") else self.text(line, "type", kind)
         if kind not in _TYPES:
-            raise self.fail(line, "type", f"{kind!r} is not one of {sorted(_TYPES)}")
+            raise self.fail(line, "type", f"{excerpt(kind)} is not one of {sorted(_TYPES)}")
         code = self.text(line, "currency", currency).upper()
         places = EXPONENTS.get(code, -1)
         if places == -1:
-            raise self.fail(line, "currency", f"{code!r} is not an active ISO 4217 currency")
+            raise self.fail(line, "currency", f"{excerpt(code)} is not an active ISO 4217 currency")
         if places is None:
-            raise self.fail(line, "currency", f"{code!r} has no minor unit (ISO 4217: N.A.)")
+            raise self.fail(line, "currency", f"{excerpt(code)} has no minor unit (ISO 4217: N.A.)")
         minor = self.amount(line, amount, places, kind)
         mapped = self.status(line, status)
         moment = self.moment(line, occurred_at)
         return (line, provider_ref, reference, kind, mapped, minor, code, moment)
+
+    def tokenized(self, line: int, column: str, value: Any) -> str:
+        """A provider ref or reference, its card numbers tokenized (and then no longer than
+        the column holds)."""
+        text = scrub_cards(self.text(line, column, value))
+        if len(text) > _LONGEST:
+            raise self.fail(
+                line,
+                column,
+                f"is longer than {_LONGEST} characters once card numbers are tokenized",
+            )
+        return text
 
     def text(self, line: int, column: str, value: Any) -> str:
         if value is None:
@@ -180,6 +210,7 @@ class LineReader:
         if not isinstance(value, str):
             if isinstance(value, bool) or not isinstance(value, int | Decimal):
                 raise self.fail(line, column, "must be a string")
+            # A Decimal's str() is in scientific notation past its digits: short whatever it is.
             value = str(value)
         value = value.strip()
         if len(value) > _LONGEST:
@@ -191,19 +222,30 @@ class LineReader:
     def amount(self, line: int, value: Any, places: int, kind: str) -> int:
         if isinstance(value, bool) or value is None:
             raise self.fail(line, "amount", "is missing")
+        if isinstance(value, jsonenc.OversizedNumber):
+            raise self.fail(line, "amount", f"is not an amount ({value.problem})")
+        if isinstance(value, Decimal) and (
+            not value.is_finite()
+            or abs(value.adjusted()) > _AMOUNT_EXPONENT
+            or len(value.as_tuple().digits) > _AMOUNT_DIGITS
+        ):
+            # Refused by its size, never formatted: 1e20000000 is twenty million digits.
+            raise self.fail(line, "amount", "is not an amount (number out of range)")
         text = format(value, "f") if isinstance(value, Decimal) else str(value).strip()
         found = (_MINOR if self.minor_unit else _MAJOR).fullmatch(text)
         if not found:
             shape = "a whole number of minor units" if self.minor_unit else "an amount like 12.50"
-            raise self.fail(line, "amount", f"{text!r} is not {shape}")
+            raise self.fail(line, "amount", f"{excerpt(text)} is not {shape}")
         if found[1] and kind not in _SIGNED:
-            raise self.fail(line, "amount", f"{text!r} is negative on a {kind} line")
+            raise self.fail(line, "amount", f"{excerpt(text)} is negative on a {kind} line")
         if self.minor_unit:
             return int(found[2])
         fraction = (found[3] or "").rstrip("0")
         if len(fraction) > places:
             raise self.fail(
-                line, "amount", f"{text!r} has more decimal places than the currency ({places})"
+                line,
+                "amount",
+                f"{excerpt(text)} has more decimal places than the currency ({places})",
             )
         return int(found[2]) * 10**places + (int(fraction.ljust(places, "0")) if fraction else 0)
 
@@ -216,7 +258,7 @@ class LineReader:
             raise self.fail(
                 line,
                 "status",
-                f"{raw!r} is neither mapped by the tool nor one of {sorted(_STATUSES)}",
+                f"{excerpt(raw)} is neither mapped by the tool nor one of {sorted(_STATUSES)}",
             )
         return mapped
 
@@ -225,14 +267,16 @@ class LineReader:
         try:
             moment = datetime.fromisoformat(raw)
         except ValueError:
-            raise self.fail(line, "occurred_at", f"{raw!r} is not an ISO 8601 time") from None
+            raise self.fail(
+                line, "occurred_at", f"{excerpt(raw)} is not an ISO 8601 time"
+            ) from None
         if moment.tzinfo is None:
-            raise self.fail(line, "occurred_at", f"{raw!r} has no UTC offset")
+            raise self.fail(line, "occurred_at", f"{excerpt(raw)} has no UTC offset")
         if not self.period.start <= moment < self.period.end:
             raise self.fail(
                 line,
                 "occurred_at",
-                f"{raw} lies outside the statement's period "
+                f"{excerpt(raw)} lies outside the statement's period "
                 f"[{self.period.start.isoformat()}, {self.period.end.isoformat()})",
             )
         return moment
@@ -265,7 +309,8 @@ def _csv_rows(text: IO[str], reader: LineReader) -> Iterator[Row]:
         shown = ", ".join(
             repr(reader.names[c]) + ("" if reader.names[c] == c else f" ({c})") for c in missing
         )
-        raise StatementError(f"line 1: missing column(s) {shown}; the header has {header}")
+        found = excerpt(",".join(header), 120)
+        raise StatementError(f"line 1: missing column(s) {shown}; the header is {found}")
     index = [header.index(reader.names[c]) for c in COLUMNS]
     kind_at = header.index(reader.names["type"]) if reader.names["type"] in header else None
     width = len(header)
@@ -289,12 +334,16 @@ def _csv_rows(text: IO[str], reader: LineReader) -> Iterator[Row]:
 def _jsonl_rows(text: IO[str], reader: LineReader) -> Iterator[Row]:
     names = [reader.names[c] for c in COLUMNS]
     kind_name = reader.names["type"]
-    for line, raw in enumerate(text, start=1):
+    line = 0
+    while raw := text.readline(_LONGEST_LINE + 1):
+        line += 1
+        if len(raw) > _LONGEST_LINE:
+            raise StatementError(f"line {line}: longer than {_LONGEST_LINE} characters")
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw, parse_float=Decimal)
-        except ValueError as exc:
+            record = jsonenc.loads(raw)
+        except jsonenc.MalformedJSON as exc:
             raise StatementError(f"line {line}: not JSON ({exc})") from None
         if not isinstance(record, dict):
             raise StatementError(f"line {line}: not a JSON object")

@@ -23,6 +23,7 @@ from typing import IO, Any
 from django.db import connection, transaction
 
 from ledger.models import LineType, StatementImport, StatementLine, Tool
+from ledger.redaction import excerpt, scrub_cards
 from ledger.statements.parse import (
     STAGE_COLUMNS,
     HashingReader,
@@ -40,6 +41,9 @@ _ANALYZE_AFTER = 10_000
 # Memory for staging's joins and sorts, in this transaction only (PostgreSQL's, not ours).
 STAGING_WORK_MEM = "256MB"
 _UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+# A file name is stored and shown with its card numbers tokenized; this long at most, so that
+# it still fits its column (500) once they are.
+_LONGEST_FILENAME = 255
 
 
 def check_request(
@@ -48,11 +52,13 @@ def check_request(
     """The tool, once the request itself is sound (before a byte of the file is read)."""
     tool = Tool.objects.filter(name=tool_name).first()
     if tool is None:
-        raise StatementError(f"No tool is named {tool_name!r}.")
+        raise StatementError(f"No tool is named {excerpt(tool_name)}.")
     if not tool.statements:
         raise StatementError(f"Tool {tool_name!r} does not declare statements = true.")
     if tool.amount_unit not in ("major", "minor"):
         raise StatementError(f"Tool {tool_name!r} declares no amount_unit (major or minor).")
+    if len(filename) > _LONGEST_FILENAME:
+        raise StatementError(f"The file name is longer than {_LONGEST_FILENAME} characters.")
     file_format(filename)
     for name, moment in (("period_start", period_start), ("period_end", period_end)):
         if moment.tzinfo is None:
@@ -91,7 +97,7 @@ def stage(
     with transaction.atomic():
         made = StatementImport.objects.create(
             tool=tool.name,
-            filename=filename[:500],
+            filename=scrub_cards(filename)[:500],
             sha256="",
             period_start=period_start,
             period_end=period_end,
