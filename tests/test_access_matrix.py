@@ -271,8 +271,9 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "queue/bulk": (WRONG_METHOD, (302, 403, 403, 400, 400)),
     # A bulk job is shown only to whoever started it.
     "queue/bulk/<int:bulk_id>": ((302, 403, 403, 404, 404), WRONG_METHOD),
-    "queue/filters": (WRONG_METHOD, (302, 403, 400, 400, 400)),
-    "queue/filters/<int:filter_id>/delete": (WRONG_METHOD, (302, 403, 404, 404, 404)),
+    # Saved filters are an operator's: auditors read the queue, they keep nothing in it.
+    "queue/filters": (WRONG_METHOD, (302, 403, 403, 400, 400)),
+    "queue/filters/<int:filter_id>/delete": (WRONG_METHOD, (302, 403, 403, 404, 404)),
     "queue/<int:item_id>/notes": (WRONG_METHOD, (302, 403, 403, 422, 422)),
     "queue/<int:item_id>/release": (WRONG_METHOD, (302, 403, 403, 409, 409)),
     "effects/<uuid:effect_id>/": (READERS, WRONG_METHOD),

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import ReviewItem
-from reviews.access import actor, reader
+from reviews.access import actor
 from reviews.bulk import ASSIGN, INLINE_LIMIT, Request, apply, problems, start_job
 from reviews.decisions import LABELS
 from reviews.filters import QueueFilter, operators
@@ -140,7 +140,7 @@ def progress(request: HttpRequest, bulk_id: int) -> HttpResponse:
 
 
 @require_POST
-@reader
+@actor  # the queue's own tools, like claiming: auditors read the queue and keep nothing in it
 def save_filter(request: HttpRequest) -> HttpResponse:
     """Save the queue's current query under a name (the same name replaces it)."""
     name = request.POST.get("name", "").strip()
@@ -164,7 +164,7 @@ def save_filter(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@reader
+@actor
 def delete_filter(request: HttpRequest, filter_id: int) -> HttpResponse:
     """Delete one of the operator's own saved filters; anyone else's is not found."""
     saved = get_object_or_404(SavedFilter, pk=filter_id, owner=request.user)
