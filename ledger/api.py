@@ -33,7 +33,7 @@ from pydantic import Field
 from ledger import jsonenc, logcontext, webhooks
 from ledger.agentkeys import agent_for_key
 from ledger.compensation import compensate
-from ledger.errors import LedgerError, NotFound, ValidationFailed
+from ledger.errors import LedgerError, NotFound, OperatorDecided, ValidationFailed
 from ledger.halts import active_halt_for
 from ledger.halts import shown as shown_halt
 from ledger.hotpath import read_effect, record_new_intent, record_simple_outcome
@@ -43,7 +43,7 @@ from ledger.interlocks import upstreams_of
 from ledger.limits import LimitExceeded
 from ledger.longpoll import RETRY_AFTER_SECONDS, wait_for_change
 from ledger.middleware import unavailable
-from ledger.models import Agent, Effect
+from ledger.models import Agent, Effect, RequestedBy
 from ledger.outcomes import record_outcome
 from ledger.readiness import database_ok, redis_ok
 from ledger.recovery import recover
@@ -227,6 +227,17 @@ def _own_effect(request: HttpRequest, effect_id: uuid.UUID) -> Effect:
     return effect
 
 
+def _agents_to_act_on(effect: Any) -> None:
+    """Refuse an agent's claim, outcome or cancel of an effect an operator decided (a refund,
+    also while it awaits a second operator): it is recorded under the agent whose effect it
+    undoes, but only the ledger's executor or an operator carries it out."""
+    if effect.requested_by == RequestedBy.OPERATOR:
+        raise OperatorDecided(
+            "An operator decided this effect: the ledger or an operator carries it out, and "
+            "its agent may read it but not claim, report on or cancel it."
+        )
+
+
 def _show(request: HttpRequest, effect: Effect, *, claimer: bool = False) -> dict[str, Any]:
     upstream = upstreams_of([effect.id]).get(str(effect.id), [])
     return effect_dict(effect, _agent(request).name, upstream, claimer=claimer)
@@ -314,6 +325,7 @@ def _new_intent(agent: Agent, intent: Intent, policy: Policy, payload: IntentIn)
 )
 def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -> dict[str, Any]:
     effect = _own_effect(request, effect_id)
+    _agents_to_act_on(effect)
     effect, _ = claim(
         effect,
         owner=payload.owner,
@@ -356,6 +368,7 @@ def outcome_effect(
     if row is None:
         raise NotFound("No such effect.")
     logcontext.bind(run_id=row.run_id)
+    _agents_to_act_on(row)
     report = {
         "token": payload.lease_token,
         "status": payload.status,
@@ -382,6 +395,7 @@ def outcome_effect(
 )
 def cancel_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CancelIn) -> dict[str, Any]:
     effect = _own_effect(request, effect_id)
+    _agents_to_act_on(effect)
     if effect.status == Status.CANCELLED:
         return _show(request, effect)
     reason = scrub_cards(payload.reason) or "cancelled by agent"

@@ -73,3 +73,17 @@ class Halted(Refused):
     """An active halt covers the effect: it may not be claimed (`halt`: scope, reason, by…)."""
 
     code = "halted"
+
+
+class OperatorDecided(Refused):
+    """An operator decided this effect (a compensation, say): only an operator or the ledger
+    acts on it, never the agent it is recorded under."""
+
+    code = "operator_decided"
+
+
+class CompensationLimitReached(Refused):
+    """The agent has recorded as many compensations of this effect as the compensating tool
+    allows (`compensations_per_parent`)."""
+
+    code = "compensation_limit_reached"

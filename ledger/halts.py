@@ -1,10 +1,11 @@
 """Halts: which effects an active halt covers, asked of PostgreSQL.
 
-The coverage rule is written once, as the SQL function `ledger_covering_halt` (migration 0008):
-a tool halt stops every effect of its tool; agent, run and `all` halts stop actions, and
-compensations only when the halt says `include_compensations` (halting the agent that
-double-charged must not stop its refunds). A run halt covers that run_id for every agent.
-Decisions are never claimed and never covered.
+The coverage rule is written once, as the SQL function `ledger_covering_halt`
+(`ledger/sql/halts.sql`): a tool halt stops every effect of its tool; agent, run and `all` halts
+stop actions and the agent's own compensations, and the compensations an operator decided only
+when the halt says `include_compensations` (halting the agent that double-charged must not stop
+its refunds, and must not leave it a way round the halt). A run halt covers that run_id for
+every agent. Decisions are never claimed and never covered.
 
 The claim (`ledger.transitions.claim`) asks `claim_refusal` inside its transaction, which takes
 the halts' advisory lock shared; the trigger on `planned → dispatching` asks again, so that a
@@ -25,8 +26,8 @@ from ledger.errors import Halted
 from ledger.models import Effect, Halt, HaltScope
 
 # The key of the advisory lock that orders halts against claims ("halt" in ASCII). The claim
-# trigger's function `ledger_halt_for_claim` (migration 0008) takes it shared; `halt()` takes it
-# exclusively. tests/test_halts.py checks that the two agree.
+# trigger's function `ledger_halt_for_claim` (`ledger/sql/halts.sql`) takes it shared; `halt()`
+# takes it exclusively. tests/test_halts.py checks that the two agree.
 HALT_LOCK = int.from_bytes(b"halt")
 # What the trigger raises (SQLSTATE P0001, the halt as JSON in DETAIL; Django's
 # ProgrammingError, as psycopg files PL/pgSQL errors).
@@ -38,7 +39,10 @@ _HALTS = Halt._meta.db_table
 
 def covering_sql(effect: str) -> str:
     """SQL: the id of the active halt covering the effect aliased `effect`, or NULL."""
-    return f"ledger_covering_halt({effect}.kind, {effect}.tool, {effect}.agent_id, {effect}.run_id)"
+    return (
+        f"ledger_covering_halt({effect}.kind, {effect}.tool, {effect}.agent_id, {effect}.run_id, "
+        f"{effect}.requested_by)"
+    )
 
 
 def shown(halt: Halt) -> dict[str, Any]:
@@ -67,8 +71,8 @@ def active_halt_for(effect: Effect) -> Halt | None:
     return next(
         iter(
             Halt.objects.raw(
-                f"SELECT * FROM {_HALTS} WHERE id = ledger_covering_halt(%s, %s, %s, %s)",
-                [effect.kind, effect.tool, effect.agent_id, effect.run_id],
+                f"SELECT * FROM {_HALTS} WHERE id = ledger_covering_halt(%s, %s, %s, %s, %s)",
+                [effect.kind, effect.tool, effect.agent_id, effect.run_id, effect.requested_by],
             )
         ),
         None,
@@ -82,8 +86,8 @@ def claim_refusal(effect: Effect) -> Halted | None:
         # One statement: the function takes the lock and then checks in a statement of its own,
         # which sees a halt committed while this one waited for the lock.
         cursor.execute(
-            "SELECT ledger_halt_for_claim(%s, %s, %s, %s)",
-            [effect.kind, effect.tool, effect.agent_id, effect.run_id],
+            "SELECT ledger_halt_for_claim(%s, %s, %s, %s, %s)",
+            [effect.kind, effect.tool, effect.agent_id, effect.run_id, effect.requested_by],
         )
         halt_id = cursor.fetchone()[0]
     if halt_id is None:

@@ -71,7 +71,7 @@ _RETURNED = (
     "id, effect_key, run_id, step_id, seq, tool, target, kind, status, attempt, max_attempts, "
     "idempotency_key, lease_owner, lease_token, lease_seconds, lease_expires_at, provider_ref, "
     "request, response, error, parent_id, provenance, created_at, updated_at, resolved_at, "
-    "outcome_digest, outcome_token, version"
+    "outcome_digest, outcome_token, version, requested_by"
 )
 # The outcomes this path writes: they need nothing else done in the same transaction.
 _SIMPLE_OUTCOMES = frozenset({Status.CONFIRMED, Status.AWAITING_CONFIRMATION})

@@ -13,7 +13,16 @@ from ledger import digests
 from ledger.approvals import needs_approval
 from ledger.errors import EffectKeyConflict, Forbidden, ValidationFailed
 from ledger.limits import amount_of
-from ledger.models import Agent, Effect, EffectDependency, EventKind, Mode, Reason, Run
+from ledger.models import (
+    Agent,
+    Effect,
+    EffectDependency,
+    EventKind,
+    Mode,
+    Reason,
+    RequestedBy,
+    Run,
+)
 from ledger.redaction import Redactor
 from ledger.reviewqueue import open_review
 from ledger.states import Kind, Status
@@ -37,6 +46,7 @@ class Intent:
     kind: Kind = Kind.ACTION
     parent_id: uuid.UUID | None = None
     callback_url: str = ""  # ledger.notifications; not part of the request's identity
+    requested_by: RequestedBy = RequestedBy.AGENT  # an operator's decision, or the agent
 
     @property
     def key(self) -> str:
@@ -153,6 +163,7 @@ def effect_row(
         "provenance": redact(intent.provenance),
         "version": 1,
         "callback_url": intent.callback_url,
+        "requested_by": intent.requested_by,
         **more,
     }
 

@@ -2,7 +2,7 @@
 
 A halt and its decision (an effect of kind `decision` under the reserved agent `system`, run
 `halts`, target "halt:<scope>:<value>") commit together, with the alert that tells people. What a
-halt covers and how claims are refused is in `ledger.halts` and migration 0008.
+halt covers and how claims are refused is in `ledger.halts` and `ledger/sql/halts.sql`.
 
 Commit order: `halt` takes the halts' advisory lock exclusively before it inserts. Every claim
 takes it shared before it checks for halts, so `halt` waits for the claims that have checked and

@@ -27,7 +27,7 @@ from django.db.models.functions import Now
 
 from ledger.halts import halted_among
 from ledger.interlocks import blocked_among
-from ledger.models import Agent, Effect, EffectEvent, EventKind, Reason, ReviewItem
+from ledger.models import Agent, Effect, EffectEvent, EventKind, Reason, RequestedBy, ReviewItem
 from ledger.reviewqueue import open_review
 from ledger.states import INCOMPLETE, Status
 from ledger.tools import Policy, policies_for
@@ -40,6 +40,8 @@ READ_ONLY = "read_only"
 HONOURS_KEY = "provider_honours_key"
 NOT_FOUND = "provider_not_found"
 VERIFIED_ABSENT = "operator_verified_absent"
+# Why the agent waits on an effect recorded under it: an operator decided it (a refund).
+OPERATOR_DECIDED = "operator_decided"
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,10 @@ def recover(
     plans = [
         Planned(
             e,
-            Plan(REVIEW, waiting_for_people[e.id])
+            # What an operator decided is carried out by the ledger or a person: the agent waits.
+            Plan(WAIT, OPERATOR_DECIDED)
+            if e.requested_by == RequestedBy.OPERATOR
+            else Plan(REVIEW, waiting_for_people[e.id])
             # Its approval item asks an operator, not the agent: the agent waits.
             if e.id in waiting_for_people and e.status != Status.AWAITING_APPROVAL
             else plan_for(

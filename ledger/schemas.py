@@ -170,6 +170,10 @@ class EffectOut(Schema):
     depends_on: list[uuid.UUID]
     blocked_by: list[UpstreamOut]
     parent_id: uuid.UUID | None
+    requested_by: Literal["agent", "operator"] = Field(
+        description="Who asked for the effect: its agent, or an operator's decision. Agents "
+        "may not cancel, claim or report on what an operator decided."
+    )
     provenance: ProvenanceOut
     created_at: datetime
     updated_at: datetime

@@ -34,6 +34,7 @@ def effect_dict(
         "depends_on": [u.id for u in upstream],
         "blocked_by": [u.shown() for u in upstream if u.blocking],
         "parent_id": effect.parent_id,
+        "requested_by": effect.requested_by,
         "provenance": effect.provenance or {},
         "created_at": effect.created_at,
         "updated_at": effect.updated_at,

@@ -13,6 +13,9 @@ amount_path = "amount"       # dotted paths into the request
 currency_path = "currency"
 approve_above = "1000.00"    # four-eyes (ledger.approvals): needs limit_amount_per_day
 
+[tools.refund_card]
+compensations_per_parent = 3 # partial refunds: an agent may record up to 3 per charge (1)
+
 [tools.create_ticket]                # the provider's own record (README "The provider's record")
 preset = "lookup"
 call_timeout = "30s"          # the longest one provider call may take
@@ -82,6 +85,7 @@ _MAPS = ("statement_columns", "statement_status")
 _KNOWN = {
     "preset",
     "max_attempts",
+    "compensations_per_parent",
     "reconciler_config",
     "mode",
     "limit_claims_per_minute",
@@ -114,6 +118,12 @@ class ToolFileError(ValueError):
 # adapters registers them, `reconcilers.registry.check_tool`). Each takes the tool's name and
 # its parsed fields and returns what is wrong, or "".
 ADAPTER_CHECKS: list[Callable[[str, dict[str, Any]], str]] = []
+
+
+def _count(name: str, key: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 100:
+        raise ToolFileError(f"tool {name!r}: {key} must be an integer from 1 to 100")
+    return value
 
 
 def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -159,10 +169,12 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ToolFileError(f"tool {name!r}: {key} must be a list of strings")
         fields[key] = value
-    attempts = spec.get("max_attempts", settings.LEDGER_DEFAULT_MAX_ATTEMPTS)
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
-        raise ToolFileError(f"tool {name!r}: max_attempts must be an integer from 1 to 100")
-    fields["max_attempts"] = attempts
+    fields["max_attempts"] = _count(
+        name, "max_attempts", spec.get("max_attempts", settings.LEDGER_DEFAULT_MAX_ATTEMPTS)
+    )
+    fields["compensations_per_parent"] = _count(
+        name, "compensations_per_parent", spec.get("compensations_per_parent", 1)
+    )
     config = spec.get("reconciler_config", {})
     if not isinstance(config, dict):
         raise ToolFileError(f"tool {name!r}: reconciler_config must be a table")

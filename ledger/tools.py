@@ -51,6 +51,8 @@ class Policy:
     lookup_proves_absence: bool = False
     lookup_horizon: timedelta | None = None
     halt_on_duplicate: bool = False
+    # As a compensating tool: an agent's compensations per parent (`ledger.compensation`).
+    compensations_per_parent: int = 1
 
     @classmethod
     def from_tool(cls, tool: Tool) -> Policy:
@@ -76,6 +78,7 @@ class Policy:
             lookup_proves_absence=tool.lookup_proves_absence,
             lookup_horizon=tool.lookup_horizon,
             halt_on_duplicate=tool.halt_on_duplicate,
+            compensations_per_parent=tool.compensations_per_parent,
         )
 
     def lease_for(self, requested: int | None) -> int:

@@ -25,7 +25,7 @@ from ledger.compensation import active_dependents
 from ledger.halts import halted_among
 from ledger.interlocks import Upstream, upstreams_of
 from ledger.iso4217 import major_units
-from ledger.models import Effect, EffectDependency, Reason, ReviewItem
+from ledger.models import Effect, EffectDependency, Reason, RequestedBy, ReviewItem
 from ledger.recovery import (
     HONOURS_KEY,
     NOT_FOUND,
@@ -264,9 +264,13 @@ def _resend(
         )
     ]
     ledger_sends = effect.kind == Kind.COMPENSATION and can_execute(effect.tool)
+    by_hand = not ledger_sends and effect.requested_by == RequestedBy.OPERATOR
     if ledger_sends:
         actor = LEDGER
         lines.append(Line(f"The ledger sends it again itself through {effect.tool}."))
+    elif by_hand:
+        actor = PERSON
+        lines.append(Line(_BY_HAND))
     else:
         actor = AGENT
         lines.append(
@@ -281,7 +285,9 @@ def _resend(
                 "asks for another; still out after that, it goes through recovery again."
             )
         )
-    if plan.action == RETRY_SAFE:
+    if by_hand:
+        pass  # its agent's /recovery answers wait (operator_decided): it is not the agent's
+    elif plan.action == RETRY_SAFE:
         lines.append(Line(f"{agent}'s /recovery will answer {plan.action} ({plan.reason})."))
     else:
         lines.append(
@@ -300,10 +306,16 @@ def _resend(
     preview = _base(effect, action, Status.PLANNED, actor, *lines)
     return replace(
         preview,
-        recovery=None if ledger_sends else plan,
+        recovery=None if ledger_sends or by_hand else plan,
         money_moves=bool(money) and not facts.policy.read_only,
     )
 
+
+# What an operator decided and the ledger cannot send: its agent may not claim it.
+_BY_HAND = (
+    "A person carries it out by hand and records it as done (Confirm); its agent may not "
+    "claim it, since an operator decided it."
+)
 
 # A planned effect's ground for one more attempt (`reviews.decisions`).
 NEVER_SENT = "planned"
@@ -374,6 +386,8 @@ def _released(effect: Effect, facts: _Facts, action: str) -> Preview:
     money = money_of(effect)
     if effect.kind == Kind.COMPENSATION and can_execute(effect.tool):
         actor, who = LEDGER, f"The ledger sends it itself through {effect.tool}."
+    elif effect.requested_by == RequestedBy.OPERATOR:
+        actor, who = PERSON, _BY_HAND
     else:
         actor, who = AGENT, f"Agent {effect.agent.name} may now claim and send it."
     lines = [Line("The effect becomes planned."), Line(who)]

@@ -179,6 +179,11 @@ def make_effect(alice) -> Callable[..., Effect]:
                 lease_seconds=60,
                 lease_expires_at=timezone.now() + timedelta(minutes=1),
             )
+        if fields.get("kind") == "compensation":
+            # An agent's compensation must name a confirmed parent of its own and the parent's
+            # declared tool (PostgreSQL refuses any other): the ones made here stand for what
+            # an operator decided. Agents' own go through the API in their tests.
+            values["requested_by"] = "operator"
         values.update(fields)
         return Effect.objects.create(**values)
 

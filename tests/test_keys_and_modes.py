@@ -32,6 +32,7 @@ TEST_TOOLS = """
 [tools.sandbox_charge]
 preset = "idempotent"
 mode = "test"
+compensated_by = "refund_card"  # a live tool: a test agent may still not name it
 """
 
 

@@ -18,6 +18,7 @@ from ledger.models.effects import (
     EffectDependency,
     EffectEvent,
     EventKind,
+    RequestedBy,
     Run,
     WebhookDelivery,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "LineType",
     "Mode",
     "Reason",
+    "RequestedBy",
     "RetryProposal",
     "ReviewItem",
     "Run",

@@ -149,6 +149,9 @@ class Tool(models.Model):
     # tool's effects; blank: no callback can.
     webhook_provider = models.CharField(max_length=100, blank=True)
     max_attempts = models.PositiveSmallIntegerField(default=3)
+    # As a compensating tool: how many compensations an agent may record against one parent
+    # (partial refunds); operators are not counted (`ledger/sql/compensations.sql`).
+    compensations_per_parent = models.PositiveSmallIntegerField(default=1, db_default=1)
     escalate_after = models.DurationField()
     # How long a review item on this tool's effects may stay open: its `due_at`, which the
     # alerts count down to. NULL: LEDGER_RESOLVE_WITHIN.

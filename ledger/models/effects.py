@@ -34,6 +34,13 @@ class Run(models.Model):
         return f"{self.agent}/{self.run_id}"
 
 
+class RequestedBy(models.TextChoices):
+    """Who asked for an effect: the agent that owns it, or an operator's decision."""
+
+    AGENT = "agent"
+    OPERATOR = "operator"
+
+
 class Effect(models.Model):
     """One external side effect, recorded before it is dispatched.
 
@@ -121,6 +128,15 @@ class Effect(models.Model):
     tail_check_at = models.DateTimeField(null=True, blank=True)
     # Set by an admin: retention keeps this effect's payloads (`ledger.retention`).
     legal_hold = models.BooleanField(default=False, db_default=False)
+    # Who asked for it. Only the operator's compensations are exempt from agent, run and `all`
+    # halts, and agents may not cancel, claim or report on what an operator decided
+    # (`ledger.compensation`, `ledger/sql/halts.sql`, `ledger/sql/compensations.sql`).
+    requested_by = models.CharField(
+        max_length=8,
+        choices=RequestedBy.choices,
+        default=RequestedBy.AGENT,
+        db_default=RequestedBy.AGENT,
+    )
 
     class Meta:
         constraints = [

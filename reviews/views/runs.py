@@ -23,6 +23,7 @@ from ledger.models import Agent, Effect, Reason, Run
 from ledger.recovery import (
     HONOURS_KEY,
     NOT_FOUND,
+    OPERATOR_DECIDED,
     READ_ONLY,
     RECONCILE,
     RETRY_SAFE,
@@ -65,6 +66,7 @@ WAITS_FOR = {
     "leased": "the agent holding its lease",
     "awaiting_confirmation": "the provider's confirmation",
     "awaiting_approval": "an operator's approval",
+    OPERATOR_DECIDED: "the ledger or an operator, who carry out what an operator decided",
 }
 
 
@@ -82,6 +84,7 @@ WHY = {
     HONOURS_KEY: "the provider honours the idempotency key",
     NOT_FOUND: "the provider's lookup found nothing under the key",
     VERIFIED_ABSENT: "operators checked the provider never received it",
+    OPERATOR_DECIDED: "an operator decided it; its agent does not act on it",
 }
 
 
