@@ -311,15 +311,48 @@ LEDGER_MAX_WAITERS = env_int(
 # How many of those places one agent may hold at once (ledger.longpoll.agent_share); 0: half of
 # LEDGER_MAX_WAITERS, at least one. The rest of that agent's long polls are answered at once.
 LEDGER_WAITERS_PER_AGENT = env_int("LEDGER_WAITERS_PER_AGENT", 0, minimum=0)
-# Hosts an intent's callback_url may name (exact host names; none: callbacks are refused), and
-# the secret that signs each callback (X-Ledger-Signature, as ledger.webhooks.sign).
-LEDGER_CALLBACK_HOSTS = [h.lower() for h in env_list("LEDGER_CALLBACK_HOSTS", [])]
+# Where an intent's callback_url may point (ledger.callbacktargets): origins
+# (`https://hooks.example.com:8443`) and URL prefixes (`https://hooks.example.com/agents/`);
+# none: every callback_url is refused. The old LEDGER_CALLBACK_HOSTS (bare host names, which
+# let a callback reach any port and path of the host) still works for one release, narrowed to
+# each host's default http and https ports, with a warning; both at once is refused. Then the
+# secret that signs each callback (X-Ledger-Signature, as ledger.webhooks.sign).
+def _callback_allow() -> list[str]:
+    import logging
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from ledger.callbacktargets import CallbackRefused, allow_list, legacy_entries
+
+    entries = env_list("LEDGER_CALLBACK_ALLOW", [])
+    hosts = env_list("LEDGER_CALLBACK_HOSTS", [])
+    if entries and hosts:
+        raise ImproperlyConfigured(
+            "Set LEDGER_CALLBACK_ALLOW only: LEDGER_CALLBACK_HOSTS is its deprecated old form."
+        )
+    if hosts:
+        entries = legacy_entries(hosts)
+        logging.getLogger("config.settings").warning(
+            "LEDGER_CALLBACK_HOSTS is deprecated and will be refused in the next release; it "
+            "now allows only the default ports, as LEDGER_CALLBACK_ALLOW=%s would",
+            ",".join(entries),
+        )
+    try:
+        allow_list(entries)
+    except CallbackRefused as exc:
+        raise ImproperlyConfigured(
+            f"LEDGER_CALLBACK_ALLOW: {exc} (use https://host[:port] or https://host/path/)"
+        ) from None
+    return entries
+
+
+LEDGER_CALLBACK_ALLOW = _callback_allow()
 LEDGER_CALLBACK_SECRET = env_str("LEDGER_CALLBACK_SECRET", "")
-if LEDGER_CALLBACK_HOSTS and len(LEDGER_CALLBACK_SECRET) < 16:
+if LEDGER_CALLBACK_ALLOW and len(LEDGER_CALLBACK_SECRET) < 16:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(
-        "LEDGER_CALLBACK_SECRET must have 16+ characters when LEDGER_CALLBACK_HOSTS is set."
+        "LEDGER_CALLBACK_SECRET must have 16+ characters when LEDGER_CALLBACK_ALLOW is set."
     )
 
 # --- Metrics and logs (ledger.metrics, ledger.summary, ledger.jsonlog) ------------------------

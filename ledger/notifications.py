@@ -6,33 +6,35 @@ at commit (`ledger.longpoll`), and, for an effect recorded with a `callback_url`
 alert outbox (kind `callback`, key "<effect id>:<version>"), which the outbox's one sender
 (`reviews.alerts`) posts, signed, to that URL. A change that rolls back tells nobody.
 
-A callback URL must name one of `LEDGER_CALLBACK_HOSTS` exactly: the ledger posts to it from
-inside the network, so an agent must not be able to point it anywhere else.
+A callback URL must fall under one of `LEDGER_CALLBACK_ALLOW` (origins or URL prefixes,
+`ledger.callbacktargets`), checked on the exact string that is stored and later sent: the
+ledger posts to it from inside the network, so an agent must not be able to point it anywhere
+else, nor smuggle anything past the check that the sender would read differently.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import functools
 
 from django.conf import settings
+
+from ledger import callbacktargets
 
 # The channel the trigger notifies on (its SQL names it too).
 CHANNEL = "ledger_effects"
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed(entries: tuple[str, ...]) -> tuple[callbacktargets.Target, ...]:
+    return callbacktargets.allow_list(entries)
+
+
+def allowed_targets() -> tuple[callbacktargets.Target, ...]:
+    """The allow-list as configured now (settings parsed it at start-up; tests may swap it)."""
+    return _parsed(tuple(settings.LEDGER_CALLBACK_ALLOW))
+
+
 def allowed_callback_url(value: str) -> str:
-    """The URL as given, or ValueError naming what is wrong (the API answers 422)."""
-    try:
-        parts = urlsplit(value)
-        port = parts.port  # parses it: a malformed port raises here
-    except ValueError as exc:
-        raise ValueError(f"not a URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("must be an http(s) URL with a host")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("must not carry credentials")
-    if port == 0:
-        raise ValueError("must not name port 0")
-    if parts.hostname.lower() not in settings.LEDGER_CALLBACK_HOSTS:
-        raise ValueError(f"host {parts.hostname!r} is not allowed for callbacks")
+    """The URL exactly as given, or ValueError naming what is wrong (the API answers 422)."""
+    callbacktargets.check(value, allowed_targets())
     return value

@@ -164,7 +164,7 @@ def test_waiters_hold_no_database_connection_while_they_wait(transactional_db, a
 @pytest.fixture
 def callbacks(settings) -> Iterator[Receiver]:
     receiver = Receiver()
-    settings.LEDGER_CALLBACK_HOSTS = ["127.0.0.1"]
+    settings.LEDGER_CALLBACK_ALLOW = [receiver.origin]
     settings.LEDGER_CALLBACK_SECRET = CALLBACK_SECRET
     yield receiver
     receiver.close()
@@ -189,7 +189,8 @@ class Receiver:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/ledger-callback"
+        self.origin = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"{self.origin}/ledger-callback"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -226,7 +227,7 @@ def test_a_callback_url_outside_the_allow_list_is_refused_and_nothing_is_recorde
 
 
 def test_with_no_allowed_hosts_every_callback_url_is_refused(alice, settings):
-    settings.LEDGER_CALLBACK_HOSTS = []
+    settings.LEDGER_CALLBACK_ALLOW = []
     alice.intent(callback_url="http://127.0.0.1/hook", expect=422)
 
 
