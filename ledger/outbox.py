@@ -10,6 +10,12 @@ with attempts + 1), sends them outside any transaction, and reports with `finish
 names the attempt it leased: a sender whose lease ran out and whose row was taken over cannot
 overwrite the newer sender's result. A failure leaves the row unsent and not leasable before
 its backoff has passed.
+
+Due rows are taken in the order they became due (a retried row when its backoff ended), not by
+age alone: a row that fails every time is tried once per backoff and never stands first in
+line ahead of rows that were waiting before it came due again. A row whose stored payload
+cannot be read is still leased (with `problem` saying why), so the sender records it as a
+failed attempt instead of stopping on it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from django.db import connection
 
 from ledger.jsonenc import ExactJSONDecoder, ExactJSONEncoder
 from ledger.models import Alert, AlertKind
+from ledger.plaintext import one_line
 
 _TABLE = Alert._meta.db_table
 # Longer than a sender's whole run (reviews.alerts.TIME_BUDGET plus one send's timeouts), so a
@@ -44,6 +51,9 @@ class Leased:
     attempt: int
     delivered: list[str]
     created_at: datetime
+    # Why the stored row cannot be sent as it is ("" for a good row): its payload is not a
+    # JSON object, or cannot be decoded.
+    problem: str = ""
 
 
 def notify(kind: str, key: str, payload: dict[str, Any]) -> bool:
@@ -68,46 +78,69 @@ def _json(value: Any) -> Any:
     return json.loads(value, cls=ExactJSONDecoder) if isinstance(value, str) else value
 
 
+def _leased(pk, kind, key, payload, attempt, delivered, created) -> Leased:
+    """One leased row, decoded on its own: a row that cannot be read must not take the rest of
+    the batch (or the sender's run) down with it."""
+    try:
+        channels = _json(delivered)
+    except (ValueError, RecursionError):
+        channels = []
+    if not isinstance(channels, list):
+        channels = []
+    channels = [name for name in channels if isinstance(name, str)]
+    try:
+        decoded, problem = _json(payload), ""
+    except (ValueError, RecursionError) as exc:
+        decoded, problem = {}, f"stored payload cannot be decoded: {type(exc).__name__}"
+    if not isinstance(decoded, dict):
+        decoded, problem = {}, "stored payload is not a JSON object"
+    return Leased(pk, kind, key, decoded, attempt, channels, created, problem)
+
+
 def lease(limit: int) -> list[Leased]:
-    """Take up to `limit` due alerts, oldest first; rows another sender holds are skipped."""
+    """Take up to `limit` due alerts, in the order they became due; rows another sender holds
+    are skipped."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
+            WITH due AS (SELECT id, coalesce(leased_until, created_at) AS due_at
+                           FROM {_TABLE}
+                          WHERE sent_at IS NULL
+                            AND (leased_until IS NULL OR leased_until <= now())
+                          ORDER BY coalesce(leased_until, created_at), created_at, id
+                          LIMIT %(limit)s
+                            FOR UPDATE SKIP LOCKED)
             UPDATE {_TABLE} a
                SET leased_until = now() + make_interval(secs => %(lease)s),
                    attempts = a.attempts + 1
-             WHERE a.id IN (SELECT id FROM {_TABLE}
-                             WHERE sent_at IS NULL
-                               AND (leased_until IS NULL OR leased_until <= now())
-                             ORDER BY created_at, id
-                             LIMIT %(limit)s
-                             FOR UPDATE SKIP LOCKED)
-            RETURNING a.id, a.kind, a.key, a.payload, a.attempts, a.delivered, a.created_at
+              FROM due
+             WHERE a.id = due.id
+            RETURNING a.id, a.kind, a.key, a.payload, a.attempts, a.delivered, a.created_at,
+                      due.due_at
             """,
             {"lease": LEASE_SECONDS, "limit": limit},
         )
         # Django has psycopg hand jsonb over as text; decode it as the model field does.
-        rows = [
-            Leased(pk, kind, key, _json(payload), attempt, _json(delivered), created)
-            for pk, kind, key, payload, attempt, delivered, created in cursor.fetchall()
-        ]
-    return sorted(rows, key=lambda row: (row.created_at, str(row.id)))
+        rows = cursor.fetchall()
+    rows.sort(key=lambda row: (row[7], row[6], str(row[0])))
+    return [_leased(*row[:7]) for row in rows]
 
 
 def retry_delay(attempt: int) -> int:
     return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** min(attempt - 1, 16))
 
 
-def finish(alert: Leased, delivered: list[str], error: str = "") -> bool:
+def finish(alert: Leased, delivered: list[str], error: str = "", *, note: str = "") -> bool:
     """Record a send: sent when `error` is empty, otherwise due again after the backoff.
-    Returns False when the lease was lost (another sender took the row over)."""
+    `note` is kept as last_error of a row that is done without being delivered (a callback
+    given up). Returns False when the lease was lost (another sender took the row over)."""
     done = json.dumps(sorted(set(alert.delivered) | set(delivered)))
     if error:
         assignments = (
             "leased_until = now() + make_interval(secs => %(delay)s), last_error = %(error)s"
         )
     else:
-        assignments = "sent_at = now(), leased_until = NULL, last_error = ''"
+        assignments = "sent_at = now(), leased_until = NULL, last_error = %(error)s"
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_TABLE} SET {assignments}, delivered = %(done)s::jsonb "
@@ -116,8 +149,23 @@ def finish(alert: Leased, delivered: list[str], error: str = "") -> bool:
                 "id": alert.id,
                 "attempt": alert.attempt,
                 "done": done,
-                "error": error[:2000],
+                # Errors quote what failed (a URL, a header): one line, and never a NUL byte,
+                # which PostgreSQL text refuses and which would make the record itself fail.
+                "error": one_line(error or note)[:2000],
                 "delay": retry_delay(alert.attempt),
             },
+        )
+        return cursor.rowcount == 1
+
+
+def back_off(alert: Leased) -> bool:
+    """The last resort when `finish` itself failed for this row: hold it back for its backoff
+    with nothing taken from the row in the statement, so that it cannot fail the same way."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET leased_until = now() + make_interval(secs => %(delay)s), "
+            "last_error = 'the failure could not be recorded; see the sender log' "
+            "WHERE id = %(id)s AND attempts = %(attempt)s AND sent_at IS NULL",
+            {"id": alert.id, "attempt": alert.attempt, "delay": retry_delay(alert.attempt)},
         )
         return cursor.rowcount == 1

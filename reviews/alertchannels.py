@@ -1,8 +1,16 @@
 """Where alerts go: email through Django's mail backends, and a signed webhook (our JSON, or a
-Slack-compatible payload). Each channel either delivers or raises `DeliveryFailed`.
+Slack-compatible payload). Each channel either delivers or raises `DeliveryFailed` (and the
+sender treats any other exception the same way, for that alert and that channel only).
 
 The alert's id travels with every copy (the email's Message-ID, the webhook's
 Idempotency-Key): delivery is at least once, so a receiver drops the repeats by it.
+
+Much of an alert is text an agent chose (run ids, effect keys, tool names, reasons), and it
+reaches people from the ledger's own sender. Every line built from it is one line
+(`ledger.plaintext.one_line`: a line break in a run id can neither end the email's subject
+header nor forge a line of the body), and in Slack's format every such value is escaped as
+Slack asks (`&`, `<`, `>`), so `<!channel>` or `<https://evil.example|Re-login>` arrive as the
+text they are, not as a mention or a disguised link; the one link is the ledger's own.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import smtplib
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from django.conf import settings
@@ -20,12 +29,11 @@ from django.core.mail import EmailMessage
 from ledger.jsonenc import ExactJSONEncoder
 from ledger.models import AlertKind
 from ledger.outbox import Leased
+from ledger.plaintext import one_line
 from ledger.webhooks import sign
 
 # Per request; with the sender's time budget this keeps a run inside its django-q2 timeout.
 WEBHOOK_TIMEOUT = 10.0
-# Shorter: an agent's endpoint that hangs must not hold up the operators' alerts behind it.
-CALLBACK_TIMEOUT = 5.0
 
 
 class DeliveryFailed(Exception):
@@ -38,15 +46,45 @@ def message_id(alert: Leased) -> str:
 
 def subject(alert: Leased) -> str:
     summary = alert.payload.get("summary") or alert.key
-    return f"[effect-ledger] {AlertKind(alert.kind).label}: {summary}"
+    return one_line(f"[effect-ledger] {AlertKind(alert.kind).label}: {summary}")
+
+
+def _link(alert: Leased) -> str:
+    link = alert.payload.get("link")
+    return f"{settings.LEDGER_ALERT_LINK_BASE.rstrip('/')}{one_line(link)}" if link else ""
 
 
 def text(alert: Leased) -> str:
-    """The body: the summary, a link where there is one, then every field as given."""
+    """The body: the summary, a link where there is one, then every field as given (each on
+    its one line)."""
     lines = [subject(alert), ""]
-    if link := alert.payload.get("link"):
-        lines += [f"{settings.LEDGER_ALERT_LINK_BASE.rstrip('/')}{link}", ""]
-    lines += [f"{name}: {value}" for name, value in sorted(alert.payload.items())]
+    if link := _link(alert):
+        lines += [link, ""]
+    lines += _fields(alert)
+    lines += ["", f"alert id: {alert.id}"]
+    return "\n".join(lines)
+
+
+def _fields(alert: Leased) -> list[str]:
+    return [f"{one_line(name)}: {one_line(value)}" for name, value in sorted(alert.payload.items())]
+
+
+def slack_escape(value: str) -> str:
+    """Slack's own escaping for message text: only these three characters are control
+    characters of its markup (mentions, channel and user links, `<url|label>` links)."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_text(alert: Leased) -> str:
+    """The Slack message: as the email's body, every line escaped, and the ledger's link as
+    Slack's explicit link markup (the one `<…>` in the message)."""
+    lines = [slack_escape(subject(alert)), ""]
+    if link := _link(alert):
+        # The ledger's own address and path; anything that could end the markup early is
+        # percent-encoded, so a strange value in it cannot turn into markup either.
+        target = quote(link, safe=":/?=%#-._~+,;@!$&'()*")
+        lines += [f"<{slack_escape(target)}|Open in Effect Ledger>", ""]
+    lines += [slack_escape(line) for line in _fields(alert)]
     lines += ["", f"alert id: {alert.id}"]
     return "\n".join(lines)
 
@@ -67,7 +105,7 @@ def send_email(alert: Leased) -> None:
 
 def webhook_body(alert: Leased) -> bytes:
     if settings.LEDGER_ALERT_WEBHOOK_FORMAT == "slack":
-        document: dict[str, Any] = {"text": text(alert)}
+        document: dict[str, Any] = {"text": slack_text(alert)}
     else:
         document = {
             "id": str(alert.id),
@@ -98,37 +136,6 @@ def send_webhook(alert: Leased) -> None:
         raise DeliveryFailed(f"webhook: {type(exc).__name__}: {exc}") from exc
     if not response.is_success:
         raise DeliveryFailed(f"webhook: HTTP {response.status_code}")
-
-
-def callback_body(alert: Leased) -> bytes:
-    """What an agent's callback receives: which effect moved, from what to what; the effect
-    itself is one GET away (with the agent's key), so no payload data travels here."""
-    document = {k: v for k, v in alert.payload.items() if k not in ("callback_url", "summary")}
-    document["id"] = str(alert.id)
-    return json.dumps(document, cls=ExactJSONEncoder, sort_keys=True).encode()
-
-
-def send_callback(alert: Leased) -> None:
-    """POST a status change to the effect's callback_url (ledger.notifications), signed with
-    LEDGER_CALLBACK_SECRET as the alert webhook is; the alert id is the Idempotency-Key."""
-    body = callback_body(alert)
-    headers = {
-        "Content-Type": "application/json",
-        "Idempotency-Key": str(alert.id),
-        "X-Ledger-Signature": sign(settings.LEDGER_CALLBACK_SECRET, int(time.time()), body),
-    }
-    try:
-        response = httpx.post(
-            alert.payload["callback_url"],
-            content=body,
-            headers=headers,
-            timeout=CALLBACK_TIMEOUT,
-            follow_redirects=False,  # only the allow-listed host, never where it points us
-        )
-    except httpx.HTTPError as exc:
-        raise DeliveryFailed(f"callback: {type(exc).__name__}: {exc}") from exc
-    if not response.is_success:
-        raise DeliveryFailed(f"callback: HTTP {response.status_code}")
 
 
 def channels() -> dict[str, Callable[[Leased], None]]:

@@ -8,9 +8,12 @@ runs. An item first seen already overdue gets only the overdue alert.
 `send_due` (another schedule, every minute) leases one alert at a time (`ledger.outbox`),
 delivers it to every configured channel that has not taken it yet, outside any transaction,
 and records the result. Whatever fails is retried after a backoff, so each alert reaches each
-channel at least once. Halts and limit breaches enqueue through `ledger.outbox.notify`; agents'
-callbacks are enqueued by the status-change trigger (`ledger.notifications`) and go only to the
-effect's own callback_url.
+channel at least once. A failure is always the failure of one alert (and one channel): any
+exception while delivering a row, whatever its type, is recorded as a failed attempt of that
+row and the sender goes on to the next, so no row an agent could shape (a callback URL, a run
+id in a subject) can stop the alerts behind it. Halts and limit breaches enqueue through
+`ledger.outbox.notify`; agents' callbacks are enqueued by the status-change trigger
+(`ledger.notifications`) and go only to the effect's own callback_url (`reviews.callbacks`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from __future__ import annotations
 import logging
 import time
 
-from django.db import connection
+from django.db import connection, transaction
 
 from ledger.models import Agent, Alert, AlertKind, Effect, ReviewItem
-from ledger.outbox import Leased, finish, lease
-from reviews.alertchannels import DeliveryFailed, channels, send_callback, subject
+from ledger.outbox import Leased, back_off, finish, lease
+from ledger.plaintext import one_line
+from reviews.alertchannels import DeliveryFailed, channels, subject
+from reviews.callbacks import CallbackFailed, send_callback
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +78,18 @@ def sweep() -> int:
         return cursor.rowcount
 
 
+def _describe(exc: Exception) -> str:
+    """One line for last_error and the log: the channel's own words for its failures, the
+    type and message for anything else."""
+    known = isinstance(exc, (DeliveryFailed, CallbackFailed))
+    return one_line(str(exc) if known else f"{type(exc).__name__}: {exc}")
+
+
 def process_one(alert: Leased) -> bool:
     """Deliver one leased alert to the channels that have not taken it. Returns whether it is
     now sent; a failure leaves it for a later attempt."""
+    if alert.problem:
+        raise ValueError(alert.problem)
     if alert.kind == AlertKind.CALLBACK:
         return _process_callback(alert)
     configured = channels()
@@ -83,21 +97,21 @@ def process_one(alert: Leased) -> bool:
         # Nobody configured a channel: the log is the channel, and the alert is not kept
         # pending for ever (the README's configuration table says how to route alerts).
         log.warning("alert %s (no alert channel configured): %s", alert.id, subject(alert))
-        return finish(alert, ["log"])
+        return _record(alert, ["log"])
     delivered, errors = [], []
     for name, send in configured.items():
         if name in alert.delivered:
             continue
         try:
             send(alert)
-        except DeliveryFailed as exc:
-            errors.append(str(exc))
+        except Exception as exc:  # one channel's failure, whatever it is, is that channel's
+            errors.append(_describe(exc))
         else:
             delivered.append(name)
     error = "; ".join(errors)
     if error:
         log.warning("alert %s, attempt %s, not delivered: %s", alert.id, alert.attempt, error)
-    return finish(alert, delivered, error) and not error
+    return _record(alert, delivered, error) and not error
 
 
 def _process_callback(alert: Leased) -> bool:
@@ -106,15 +120,45 @@ def _process_callback(alert: Leased) -> bool:
     that went away must not keep the sender busy for ever."""
     try:
         send_callback(alert)
-    except DeliveryFailed as exc:
-        if alert.attempt >= CALLBACK_ATTEMPTS:
-            log.warning("callback %s given up after %s attempts: %s", alert.id, alert.attempt, exc)
-            finish(alert, ["abandoned"])
-            return False
-        log.warning("callback %s, attempt %s, not delivered: %s", alert.id, alert.attempt, exc)
-        finish(alert, [], str(exc))
+    except Exception as exc:  # refused, unreachable, refused by the receiver, or anything else
+        return _failed(alert, _describe(exc))
+    return _record(alert, ["callback"])
+
+
+def _failed(alert: Leased, error: str) -> bool:
+    """One failed attempt of this row: backoff, or (a callback's last try) given up."""
+    if alert.kind == AlertKind.CALLBACK and alert.attempt >= CALLBACK_ATTEMPTS:
+        log.warning("callback %s given up after %s attempts: %s", alert.id, alert.attempt, error)
+        _record(alert, ["abandoned"], note=f"given up: {error}")
         return False
-    return finish(alert, ["callback"])
+    log.warning("%s %s, attempt %s, not delivered: %s", alert.kind, alert.id, alert.attempt, error)
+    _record(alert, [], error)
+    return False
+
+
+def _record(alert: Leased, delivered: list[str], error: str = "", *, note: str = "") -> bool:
+    """`finish` in a savepoint of its own (a statement that fails must not abort a caller's
+    transaction); if even that fails, the row is held back by `back_off`, and if that fails
+    too, its lease (LEASE_SECONDS) runs out by itself: the run goes on either way."""
+    try:
+        with transaction.atomic():
+            return finish(alert, delivered, error, note=note)
+    except Exception:
+        log.exception("alert %s: its result could not be recorded", alert.id)
+    try:
+        with transaction.atomic():
+            back_off(alert)
+    except Exception:
+        log.exception("alert %s: not even its backoff could be recorded", alert.id)
+    return False
+
+
+def _deliver(alert: Leased) -> bool:
+    """process_one, with every exception it lets out made a failed attempt of this row."""
+    try:
+        return process_one(alert)
+    except Exception as exc:
+        return _failed(alert, _describe(exc))
 
 
 def send_due(budget: float = TIME_BUDGET) -> dict[str, int]:
@@ -125,7 +169,7 @@ def send_due(budget: float = TIME_BUDGET) -> dict[str, int]:
         taken = lease(1)
         if not taken:
             break
-        result["sent" if process_one(taken[0]) else "failed"] += 1
+        result["sent" if _deliver(taken[0]) else "failed"] += 1
     if any(result.values()):
         log.info("alert sender: %s", result)
     return result
