@@ -21,7 +21,8 @@ the servers and exits with CMD's exit code.
     as defaults, so `python manage.py ...` works from a second shell while the stack runs;
   * migrates, collects static files, loads `tools.toml`, creates the `demo` agent and the
     `operator` admin if missing (their credentials are printed only when created);
-  * starts gunicorn, an rq worker and the django-q cluster (plus `sandbox_services()`), and
+  * starts the web server (gunicorn behind the buffering front door on HOST:PORT, see
+    `config.web`), an rq worker and the django-q cluster (plus `sandbox_services()`), and
     supervises them (`config.supervisor`): one that dies is started again; one that dies more
     than five times in a minute stops the stack, which then exits non-zero.
 
@@ -51,6 +52,8 @@ from urllib.parse import urlsplit, urlunsplit
 from config.embedded import ROOT, VAR, EmbeddedServers, say, spawn, stop_processes
 from config.envfile import read_env_file, write_env_file
 from config.supervisor import ChildDied, Service, Supervisor
+from config.web import gunicorn_argv as gunicorn_argv  # the tests and crash test use it from here
+from config.web import upstream_accepts, web_services
 from reconcilers.sandbox.launch import provider_argv
 
 SECRETS_FILE = VAR / "secrets.env"
@@ -201,12 +204,6 @@ def manage(env: dict[str, str], *args: str, stdin: str | None = None, capture: b
     return done.stdout or ""
 
 
-def _venv_tool(name: str) -> list[str]:
-    """A console script next to this interpreter (the venv's bin/), else `python -m name`."""
-    script = Path(sys.executable).parent / name
-    return [str(script)] if script.is_file() else [sys.executable, "-m", name]
-
-
 SANDBOX_PAYMENTS_PORT = 8101  # tools.toml points charge_card and refund_card here
 SANDBOX_MESSAGING_PORT = 8102
 
@@ -227,18 +224,15 @@ def sandbox_services(host: str, port: int) -> list[Service]:
 
 def app_services(host: str, port: int) -> list[Service]:
     """Everything `run` keeps running, in start order (it stops them in reverse)."""
-    gunicorn = gunicorn_argv(
-        "config.wsgi:application",
-        f"{_bracket(host)}:{port}",
+    web = web_services(
+        host,
+        port,
         workers=os.environ.get("GUNICORN_WORKERS", "2"),
         threads=os.environ.get("GUNICORN_THREADS", "4"),
     )
-    if _gunicorn_has_control_socket():
-        # Its default, ~/.gunicorn/gunicorn.ctl, is shared by every gunicorn of the user.
-        gunicorn += ["--control-socket", str(VAR / f"gunicorn-{port}.ctl")]
     return [
         *sandbox_services(host, port),
-        Service("gunicorn", gunicorn),
+        *web,  # gunicorn, then the front door on host:port (config.web)
         # Non-forking: a wake-up job is a few queries and one provider call, so forking per
         # job would cost more than the job.
         Service(
@@ -255,37 +249,11 @@ def app_services(host: str, port: int) -> list[Service]:
     ]
 
 
-def gunicorn_argv(
-    app: str, bind: str, *, workers: int | str, threads: int | str, options: Sequence[str] = ()
-) -> list[str]:
-    """gunicorn serving `app` as `make run` does (gthread workers); the crash test and the
-    lifecycle benchmark start theirs through here too, so they measure the same server."""
-    return [
-        *_venv_tool("gunicorn"), app,
-        "--worker-class", "gthread",
-        "--workers", str(workers),
-        "--threads", str(threads),
-        "--bind", bind,
-        "--config", "python:config.gunicorn_hooks",
-        *options,
-    ]  # fmt: skip
-
-
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now, as the kernel picks one."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _gunicorn_has_control_socket() -> bool:
-    """gunicorn 27 added a control socket; older ones reject the option."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return int(version("gunicorn").split(".")[0]) >= 27
-    except (PackageNotFoundError, ValueError):
-        return False
 
 
 def _describe(cmd: object) -> str:
@@ -332,10 +300,11 @@ def _wait_for_http(
     while time.monotonic() < deadline:
         _check_children(supervisor, servers)
         with contextlib.suppress(OSError), socket.create_connection((connect_host, port), 1):
-            return
+            if upstream_accepts(port):  # gunicorn, behind the front door
+                return
         time.sleep(0.2)
     raise RuntimeError(
-        f"gunicorn did not accept connections on port {port} within {STARTUP_TIMEOUT:.0f} s."
+        f"The web server did not accept connections on port {port} within {STARTUP_TIMEOUT:.0f} s."
     )
 
 

@@ -2,11 +2,30 @@
 
 import gc
 import os
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-application = get_wsgi_application()
+
+
+def client_address(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """REMOTE_ADDR from the front door's X-Forwarded-For (`config.frontdoor`), for requests
+    that came through a Unix socket only: gunicorn serves those with an empty REMOTE_ADDR, and
+    only a process on this machine can reach the socket. Over TCP the header is ignored, so a
+    client talking to gunicorn directly cannot choose the address that login lockouts count."""
+
+    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        forwarded = environ.get("HTTP_X_FORWARDED_FOR")
+        if forwarded and not environ.get("REMOTE_ADDR"):
+            environ["REMOTE_ADDR"] = forwarded.rsplit(",", 1)[-1].strip()
+        return app(environ, start_response)
+
+    return wrapped
+
+
+application = client_address(get_wsgi_application())
 
 # Everything loaded so far (modules, models, settings, URL patterns) lives as long as the
 # process. Frozen out of the collector's generations, it is no longer traversed by every full

@@ -1,0 +1,5 @@
+import sys
+
+from config.frontdoor.server import main
+
+sys.exit(main())

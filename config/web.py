@@ -1,0 +1,109 @@
+"""The web server as `make run` serves it, and as production should: the front door
+(`config.frontdoor`) on the public address, gunicorn's gthread workers behind it on a Unix
+socket of their own.
+
+gunicorn reads a request in the thread that will run it, so clients that send their headers
+slowly can hold every thread; the front door reads requests with asyncio under deadlines and
+hands gunicorn only complete ones, over kept-alive connections. `gunicorn_argv` alone (the tests
+that need several gunicorn processes, the crash test) serves the same application without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from config.embedded import VAR
+from config.frontdoor import UPSTREAM_KEEPALIVE
+from config.supervisor import Service
+
+WEB_APP = "config.wsgi:application"
+_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux
+
+
+def _venv_tool(name: str) -> list[str]:
+    """A console script next to this interpreter (the venv's bin/), else `python -m name`."""
+    script = Path(sys.executable).parent / name
+    return [str(script)] if script.is_file() else [sys.executable, "-m", name]
+
+
+def gunicorn_argv(
+    app: str, bind: str, *, workers: int | str, threads: int | str, options: Sequence[str] = ()
+) -> list[str]:
+    """gunicorn serving `app` as `make run` does (gthread workers); the crash test and the
+    lifecycle benchmark start theirs through here too, so they measure the same server."""
+    return [
+        *_venv_tool("gunicorn"), app,
+        "--worker-class", "gthread",
+        "--workers", str(workers),
+        "--threads", str(threads),
+        "--bind", bind,
+        "--config", "python:config.gunicorn_hooks",
+        *options,
+    ]  # fmt: skip
+
+
+def gunicorn_has_control_socket() -> bool:
+    """gunicorn 27 added a control socket; older ones reject the option."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("gunicorn").split(".")[0]) >= 27
+    except (PackageNotFoundError, ValueError):
+        return False
+
+
+def upstream_socket(port: int) -> Path:
+    """Where gunicorn listens behind the front door on `port`: under var/, or the temporary
+    directory when var/ is too deep for a socket's path."""
+    path = VAR / f"web-{port}.sock"
+    if len(os.fsencode(path)) > _SOCKET_PATH_MAX:
+        path = Path(tempfile.gettempdir()) / f"effect-ledger-{os.getuid()}-web-{port}.sock"
+    return path
+
+
+def frontdoor_argv(bind: str, upstream: str) -> list[str]:
+    return [sys.executable, "-m", "config.frontdoor", "--bind", bind, "--upstream", upstream]
+
+
+def web_services(
+    host: str,
+    port: int,
+    *,
+    workers: int | str,
+    threads: int | str,
+    options: Sequence[str] = (),
+    upstream: Path | None = None,
+) -> list[Service]:
+    """gunicorn on a Unix socket, then the front door on host:port passing requests to it
+    (start them in this order; stop them in reverse). `options` go to gunicorn."""
+    path = upstream or upstream_socket(port)
+    extra = ["--keep-alive", str(UPSTREAM_KEEPALIVE), *options]
+    if gunicorn_has_control_socket() and "--control-socket" not in options:
+        # Its default, ~/.gunicorn/gunicorn.ctl, is shared by every gunicorn of the user.
+        extra += ["--control-socket", str(path.with_suffix(".ctl"))]
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return [
+        Service(
+            "gunicorn",
+            gunicorn_argv(WEB_APP, f"unix:{path}", workers=workers, threads=threads, options=extra),
+        ),
+        Service("frontdoor", frontdoor_argv(bind, f"unix:{path}")),
+    ]
+
+
+def upstream_accepts(port: int, upstream: Path | None = None) -> bool:
+    """Whether gunicorn behind the front door on `port` accepts connections yet."""
+    with (
+        contextlib.suppress(OSError),
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock,
+    ):
+        sock.settimeout(1)
+        sock.connect(str(upstream or upstream_socket(port)))
+        return True
+    return False
