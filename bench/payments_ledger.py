@@ -1,7 +1,8 @@
-"""The ledger as the payment-loop benchmark runs it: gunicorn as `make run` starts it, and the
-server's own time per call read from gunicorn's access log.
+"""The ledger as the payment-loop benchmark runs it: the web server as `make run` starts it
+(gunicorn behind the front door, `config.web.web_services`), and the server's own time per call
+read from gunicorn's access log.
 
-The server is `config.stack.gunicorn_argv` with `make run`'s worker and thread counts
+The server is `config.web.web_services` with `make run`'s worker and thread counts
 (GUNICORN_WORKERS / GUNICORN_THREADS, default 2 × 4), `PYTHONUNBUFFERED=1`, a fresh
 `PROMETHEUS_MULTIPROC_DIR` and `LOG_LEVEL` INFO unless set, as `make run` gives them. The one
 addition is the access-log format: `make run` already writes an access line per request
@@ -25,7 +26,8 @@ from pathlib import Path
 from bench.harness import ROOT, stop_group
 from bench.lifecycle_load import Server, wait_healthy
 from bench.payments_loops import INTENT, OUTCOME
-from config.stack import _gunicorn_has_control_socket, free_port, gunicorn_argv
+from config.stack import free_port
+from config.web import web_services
 
 MARK = "PAYBENCH-ACCESS"
 ACCESS_FORMAT = f"{MARK} %(m)s %(U)s %(s)s %(D)s"
@@ -44,21 +46,19 @@ class LedgerServer:
 
 @contextlib.contextmanager
 def ledger_server(env: dict[str, str], scratch: Path) -> Iterator[LedgerServer]:
-    """gunicorn serving the ledger on a free port, its output in `scratch`/gunicorn.log;
-    stopped, with its workers, on exit."""
+    """gunicorn behind the front door serving the ledger on a free port, their output in
+    `scratch`/gunicorn.log; stopped, with gunicorn's workers, on exit."""
     workers = os.environ.get("GUNICORN_WORKERS", "2")
     threads = os.environ.get("GUNICORN_THREADS", "4")
     options = ["--chdir", str(ROOT), "--access-logfile", "-", "--access-logformat", ACCESS_FORMAT]
-    if _gunicorn_has_control_socket():
-        # The default socket (~/.gunicorn/gunicorn.ctl) is shared by every gunicorn of the user.
-        options += ["--control-socket", str(scratch / "gunicorn.ctl")]
     port = free_port()
-    cmd = gunicorn_argv(
-        "config.wsgi:application",
-        f"127.0.0.1:{port}",
+    services = web_services(
+        "127.0.0.1",
+        port,
         workers=workers,
         threads=threads,
         options=options,
+        upstream=scratch / "web.sock",
     )
     metrics = scratch / "prometheus"
     metrics.mkdir(exist_ok=True)
@@ -71,21 +71,31 @@ def ledger_server(env: dict[str, str], scratch: Path) -> Iterator[LedgerServer]:
         "LOG_LEVEL": os.environ.get("LOG_LEVEL") or "INFO",
     }
     log_path = scratch / "gunicorn.log"
+    procs = []
     with log_path.open("ab") as log:  # appending: the workers' lines never overwrite each other
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    label = f"gunicorn gthread, {workers} workers × {threads} threads (as `make run`)"
-    server = Server(f"http://127.0.0.1:{port}", proc, label)
+        for service in services:
+            procs.append(
+                subprocess.Popen(
+                    service.argv,
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+    label = f"gunicorn gthread, {workers} workers × {threads} threads, behind the front door"
+    server = Server(f"http://127.0.0.1:{port}", procs[0], label + " (as `make run`)")
     try:
         try:
             wait_healthy(server)
         except RuntimeError as exc:
             tail = log_path.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"{exc}\n{tail}") from None
-        yield LedgerServer(server, AccessLog(log_path), label)
+        yield LedgerServer(server, AccessLog(log_path), server.label)
     finally:
-        stop_group(proc)
+        for proc in reversed(procs):
+            stop_group(proc)
 
 
 class AccessLog:

@@ -1,5 +1,5 @@
 """The ledger's processes for a drill, started as `make run` starts them (`config.stack`):
-gunicorn, the non-forking rq worker and the django-q2 cluster, plus a sandbox payments provider
+gunicorn behind the front door (`config.web`), the non-forking rq worker and the django-q2 cluster, plus a sandbox payments provider
 of the drill's own for the reconciler's lookups."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from config.stack import app_services, free_port, fresh_database
 from reconcilers.harness import Processes, charge_tool_file, wait_healthy
 from reconcilers.sandbox.launch import SandboxProcess
 
-WEB, RQ_WORKER, QCLUSTER = "gunicorn", "rqworker", "qcluster"
-SERVICES = (WEB, RQ_WORKER, QCLUSTER)
+WEB, FRONTDOOR, RQ_WORKER, QCLUSTER = "gunicorn", "frontdoor", "rqworker", "qcluster"
+SERVICES = (WEB, FRONTDOOR, RQ_WORKER, QCLUSTER)  # in start order
 DATABASE = "faultdrill"
 AGENT = "faultdrill"
 START_TIMEOUT = 60.0
