@@ -181,7 +181,9 @@ def _field_name(loc: list[Any]) -> str:
 def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     fields: dict[str, str] = {}
     for error in exc.errors:
-        fields.setdefault(_field_name(list(error.get("loc", []))), str(error.get("msg", "invalid")))
+        # An unknown field is named as the body spelled it: cut, and card-free, like any echo.
+        name = scrub_cards(_field_name(list(error.get("loc", [])))[:120])
+        fields.setdefault(name, str(error.get("msg", "invalid")))
     return error_response(
         request, 422, "validation_error", "The request is not valid.", fields=fields
     )
