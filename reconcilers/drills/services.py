@@ -1,6 +1,6 @@
 """The ledger's processes for a drill, started as `make run` starts them (`config.stack`):
-gunicorn behind the front door (`config.web`), the non-forking rq worker and the django-q2 cluster, plus a sandbox payments provider
-of the drill's own for the reconciler's lookups."""
+gunicorn behind the front door (`config.web`), the non-forking rq worker and the django-q2
+cluster, plus a sandbox payments provider of the drill's own for the reconciler's lookups."""
 
 from __future__ import annotations
 
