@@ -24,12 +24,17 @@ heartbeat is older than `LOST_AFTER` (`redrive_lost`, a django-q2 schedule), and
 the last item it recorded; an item it decided but did not record is skipped as already resolved
 (each decision carries the version it saw). After `REDRIVES` re-drives it is marked failed and
 the page says which items it did not reach.
+
+A job decides as the person who started it, after the request that checked their role has
+ended: before each item it reads that person again (`Creator`), and once they are deactivated
+or hold no role that may decide, it stops. The items left are recorded as skipped with the
+reason, the job fails with it, and the progress page shows both.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
@@ -43,6 +48,7 @@ from ledger.errors import Refused, ValidationFailed
 from ledger.models import Reason, ReviewItem
 from reconcilers.queue import enqueue, fresh_connection
 from reviews import decisions
+from reviews.access import can_act
 from reviews.approvals import waits_for_second_pair
 from reviews.decision_kinds import NEEDS_EVIDENCE
 from reviews.decisions import Ask, allowed_actions, decide
@@ -116,16 +122,42 @@ def apply(item_ids: Sequence[int], ask: Request, user: User) -> list[Outcome]:
     return list(_each(item_ids, ask, user))
 
 
-def _each(item_ids: Sequence[int], ask: Request, user: User) -> Iterable[Outcome]:
+def _each(
+    item_ids: Sequence[int], ask: Request, user: User, stop: Callable[[], str] | None = None
+) -> Iterable[Outcome]:
+    """Each item's outcome, decided as it is reached. `stop`, asked before each item, gives a
+    reason to go no further: that item and every one after it are skipped with it."""
     by_id = ReviewItem.objects.select_related("effect", "effect__agent").in_bulk(item_ids)
     items = [by_id[pk] for pk in item_ids if pk in by_id]
     suggestions = suggest_for_rows(items) if ask.action == decisions.CONFIRM else {}
+    why = ""
     for pk in item_ids:
         item = by_id.get(pk)
-        if item is None:
+        why = why or (stop() if stop is not None else "")
+        if why:
+            yield Outcome(pk, str(item.effect_id) if item else "", False, why)
+        elif item is None:
             yield Outcome(pk, "", False, "no such review item")
-            continue
-        yield _one(item, ask, user, suggestions.get(pk))
+        else:
+            yield _one(item, ask, user, suggestions.get(pk))
+
+
+@dataclass
+class Creator:
+    """Who started a job, read afresh whenever the job asks: may they still decide?"""
+
+    user_id: int
+    name: str
+    stopped: str = ""  # why not, once they may not: it stays so for the rest of the run
+
+    def refusal(self) -> str:
+        if not self.stopped:
+            user = User.objects.filter(pk=self.user_id).first()
+            if user is None or not user.is_active:
+                self.stopped = f"Stopped: {self.name} is no longer active"
+            elif not can_act(user):
+                self.stopped = f"Stopped: {self.name} no longer holds a role that may decide"
+        return self.stopped
 
 
 def _one(item: ReviewItem, ask: Request, user: User, suggested: Suggestion | None) -> Outcome:
@@ -202,10 +234,12 @@ def run_job(job_id: int) -> None:
         return
     job = BulkJob.objects.select_related("created_by", "assignee").get(pk=job_id)
     ask = Request(job.action, job.reason, job.evidence, job.assignee)
+    creator = Creator(job.created_by_id, job.created_by.get_username())
     # Driven again after it was lost: it resumes after the last item it recorded.
     results: list[dict[str, Any]] = list(job.results)
     try:
-        for outcome in _each(job.item_ids[len(results) :], ask, job.created_by):
+        pending = job.item_ids[len(results) :]
+        for outcome in _each(pending, ask, job.created_by, stop=creator.refusal):
             results.append(asdict(outcome))
             # Only while still running: a job marked lost stays failed.
             if not BulkJob.objects.filter(pk=job_id, state=BulkJobState.RUNNING).update(
@@ -218,8 +252,11 @@ def run_job(job_id: int) -> None:
             state=BulkJobState.FAILED, error=f"Stopped by an error: {exc}"[:2000], finished_at=Now()
         )
         raise
+    stopped = creator.stopped
     BulkJob.objects.filter(pk=job_id, state=BulkJobState.RUNNING).update(
-        state=BulkJobState.DONE, finished_at=Now()
+        state=BulkJobState.FAILED if stopped else BulkJobState.DONE,
+        error=f"{stopped}. The items from there on were skipped, unchanged." if stopped else "",
+        finished_at=Now(),
     )
 
 

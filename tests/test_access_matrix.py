@@ -269,8 +269,8 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "queue/<int:item_id>/claim": (WRONG_METHOD, (302, 403, 403, 302, 302)),
     "queue/<int:item_id>/assign": (WRONG_METHOD, (302, 403, 403, 400, 400)),
     "queue/bulk": (WRONG_METHOD, (302, 403, 403, 400, 400)),
-    # A bulk job is shown only to whoever started it.
-    "queue/bulk/<int:bulk_id>": ((302, 403, 403, 404, 404), WRONG_METHOD),
+    # A bulk job is shown only to whoever started it, whatever their role is now.
+    "queue/bulk/<int:bulk_id>": ((302, 403, 404, 404, 404), WRONG_METHOD),
     # Saved filters are an operator's: auditors read the queue, they keep nothing in it.
     "queue/filters": (WRONG_METHOD, (302, 403, 403, 400, 400)),
     "queue/filters/<int:filter_id>/delete": (WRONG_METHOD, (302, 403, 403, 404, 404)),

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import ReviewItem
-from reviews.access import actor
+from reviews.access import actor, reader
 from reviews.bulk import ASSIGN, INLINE_LIMIT, Request, apply, problems, start_job
 from reviews.decisions import LABELS
 from reviews.filters import QueueFilter, operators
@@ -121,7 +121,7 @@ def start(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-@actor
+@reader  # its creator, even once no longer an operator: a job stopped for that says so here
 def progress(request: HttpRequest, bulk_id: int) -> HttpResponse:
     job = get_object_or_404(BulkJob, pk=bulk_id, created_by=request.user)
     outcomes = job.results
