@@ -174,9 +174,15 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = 1  # hours
-# Either limit locks: failures against one account from any number of addresses, or failures
-# from one address against any accounts (a flat list means "or"; a nested list would mean "and").
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Either limit locks: failures against one account from one address, or failures from one
+# address against any accounts (a flat list means "or"; a nested list means "and"). Never one
+# account at every address: knowing a user name would be enough to lock its owner out.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+# One account guessed at from many addresses (reviews.signin): past this many failures within
+# the window (seconds), it is refused from every address it has not signed in from before.
+AXES_HANDLER = "reviews.signin.LockoutHandler"
+LEDGER_LOGIN_ACCOUNT_LIMIT = env_int("LEDGER_LOGIN_ACCOUNT_LIMIT", 20, minimum=1)
+LEDGER_LOGIN_ACCOUNT_WINDOW = env_int("LEDGER_LOGIN_ACCOUNT_WINDOW", 900, minimum=60)
 # Off: a success resets every attempt matching *any* lockout parameter, so with "ip_address" in
 # the list an insider signing in to their own account from their desk would wipe the count for
 # that address, including their guesses at a colleague's account. Failures expire with the

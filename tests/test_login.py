@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
+from axes.models import AccessAttempt
 from django.conf import settings
 from django.test import Client
+from django.utils import timezone
 
 from tests.conftest import PASSWORD
 
@@ -68,11 +71,40 @@ def _sign_in(client: Client, username: str, password: str, address: str):
     return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
 
 
-def test_failures_spread_over_many_addresses_still_lock_the_account(olga):
-    for n in range(settings.AXES_FAILURE_LIMIT):
-        _sign_in(Client(), "olga", "guess", f"203.0.113.{n + 1}")
-    locked = _sign_in(Client(), "olga", PASSWORD, "198.51.100.6")
-    assert locked.status_code == 429
+def test_failures_from_one_address_do_not_lock_the_operator_out_from_another(olga):
+    """An outsider who knows the user name locks the account at their own address only."""
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        assert _sign_in(Client(), "olga", "guess", "203.0.113.66").status_code in (200, 429)
+    assert _sign_in(Client(), "olga", PASSWORD, "203.0.113.66").status_code == 429
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.6").status_code == 302
+
+
+def _guess_from_many_addresses(username: str, count: int) -> None:
+    """`count` failures, each from an address of its own (none reaches a per-address limit)."""
+    for n in range(count):
+        _sign_in(Client(), username, "guess", f"203.0.{113 + n // 250}.{n % 250 + 1}")
+
+
+def test_failures_spread_over_many_addresses_slow_the_account_at_addresses_it_never_used(olga):
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.7").status_code == 302  # her desk
+    _guess_from_many_addresses("olga", settings.LEDGER_LOGIN_ACCOUNT_LIMIT)
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.8").status_code == 429
+    assert _sign_in(Client(), "olga", "guess", "192.0.2.200").status_code == 429
+    # Her own address still lets her in: guessing elsewhere cannot lock her out.
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.7").status_code == 302
+
+
+def test_one_failure_short_of_the_account_limit_refuses_no_address(olga):
+    _guess_from_many_addresses("olga", settings.LEDGER_LOGIN_ACCOUNT_LIMIT - 1)
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.9").status_code == 302
+
+
+def test_the_account_limit_slows_for_its_window_not_for_the_cool_off_hour(olga):
+    _guess_from_many_addresses("olga", settings.LEDGER_LOGIN_ACCOUNT_LIMIT)
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.10").status_code == 429
+    window = timedelta(seconds=settings.LEDGER_LOGIN_ACCOUNT_WINDOW)
+    AccessAttempt.objects.update(attempt_time=timezone.now() - window - timedelta(seconds=1))
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.10").status_code == 302
 
 
 def test_failures_against_many_accounts_from_one_address_lock_the_address(olga, otto, audrey):
@@ -92,7 +124,8 @@ def _insider_guesses_between_own_sign_ins(address: str) -> None:
 
 def test_an_insiders_own_sign_in_does_not_clear_the_victims_count(olga, otto):
     _insider_guesses_between_own_sign_ins("192.0.2.7")
-    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.2").status_code == 429
+    assert _sign_in(Client(), "olga", PASSWORD, "192.0.2.7").status_code == 429
+    assert _sign_in(Client(), "olga", PASSWORD, "198.51.100.2").status_code == 302
 
 
 def test_an_insiders_own_sign_in_does_not_clear_the_count_for_the_address(olga, otto, audrey):
