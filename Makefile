@@ -71,6 +71,14 @@ demo: install-test
 	$(PY) demo/run.py --ledger http://127.0.0.1:$${PORT:-8000} \
 	  --payments http://127.0.0.1:8101 --messaging http://127.0.0.1:8102
 
+# The guides' screenshots (docs/operators.md, docs/auditors.md): the browser test that checks the
+# pages they show saves them under docs/screenshots/ (in `make test` it writes to a temporary
+# directory instead).
+.PHONY: docs-screenshots
+docs-screenshots: install-test
+	LEDGER_DOCS_SCREENSHOTS=docs/screenshots $(TEST_ENV) $(PY) -m config.stack exec -- \
+	  $(PY) -m pytest tests/browser/test_docs_screenshots.py -q
+
 lint: install-test
 	$(VENV)/bin/ruff check .
 
