@@ -2,7 +2,7 @@
 
 A bare WSGI app (no Django, no django-ninja, no pydantic) on psycopg 3 with one connection per
 thread. It runs, against the same migrated tables, the statements the ledger's success path
-runs (`ledger.hotpath`), one round trip each, in autocommit:
+runs (`ledger.effects.hotpath`), one round trip each, in autocommit:
 
 intent + claim: one statement (run `seq` upsert, effect inserted `dispatching` with its lease,
 its `intent` and `claimed` events), under the same triggers (halts, limits, notifications);

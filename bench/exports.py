@@ -11,7 +11,7 @@ export's alone:
 
 * **ledger csv / ledger jsonl** — the real code path: `django.test.Client` signed in as an
   auditor, `GET /audit/exports/events.csv` (`.jsonl`) through URL routing, middleware, the
-  view and `ledger.exports`, the streamed body written to /dev/null. Timed from the request
+  view and `ledger.audit.exports`, the streamed body written to /dev/null. Timed from the request
   to the last byte (the server's time; no network), after an untimed export of no rows (a
   process's first request builds the URLs, views and API: once per server, not per export).
   The export's own record must count every row and be finished.
@@ -226,7 +226,7 @@ def _cpu_seconds() -> float:
 
 
 def child_ledger(fmt: str) -> dict[str, Any]:
-    """The real path: client → URL → middleware → view → ledger.exports → /dev/null."""
+    """The real path: client → URL → middleware → view → ledger.audit.exports → /dev/null."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
@@ -235,8 +235,8 @@ def child_ledger(fmt: str) -> dict[str, Any]:
     from django.test import Client
 
     from ledger.models import AuditExport
-    from ledger.roles import AUDITOR as ROLE
-    from ledger.roles import grant
+    from ledger.policy.roles import AUDITOR as ROLE
+    from ledger.policy.roles import grant
 
     user, _ = User.objects.get_or_create(username=AUDITOR)
     grant(user, ROLE)
@@ -302,7 +302,7 @@ def child_raw_statement(fmt: str) -> dict[str, Any]:
     django.setup()
     from django.db import connections
 
-    from ledger.exports import PLANNER_SETTINGS, ExportFilter, copy_statement
+    from ledger.audit.exports import PLANNER_SETTINGS, ExportFilter, copy_statement
 
     filters = ExportFilter(_filter(), dataset="events")
     if not filters.is_valid():

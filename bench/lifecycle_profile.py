@@ -37,12 +37,13 @@ PHASES: list[tuple[str, str, str]] = [
         "_run_checks",
     ),
     ("input: JSON parse, checks, pydantic", "ninja.operation:Operation", "_get_values"),
-    ("view: tool policy lookup (policy_for)", "ledger.api", "policy_for"),
-    ("view: record_intent (key lookup, seq, insert, event)", "ledger.api", "record_intent"),
-    ("view: claim (dependency check, update, event)", "ledger.api", "claim"),
-    ("view: effect lookup (_own_effect)", "ledger.api", "_own_effect"),
-    ("view: record_outcome (update, event)", "ledger.api", "record_outcome"),
-    ("view: response dict + upstreams query (_show)", "ledger.api", "_show"),
+    ("view: tool policy lookup (policy_for)", "ledger.api.endpoints", "policy_for"),
+    ("view: record_intent (key lookup, seq, insert, event)", "ledger.api.endpoints",
+    "record_intent"),
+    ("view: claim (dependency check, update, event)", "ledger.api.endpoints", "claim"),
+    ("view: effect lookup (_own_effect)", "ledger.api.endpoints", "_own_effect"),
+    ("view: record_outcome (update, event)", "ledger.api.endpoints", "record_outcome"),
+    ("view: response dict + upstreams query (_show)", "ledger.api.endpoints", "_show"),
     (
         "output: pydantic response model + JSON render",
         "ninja.operation:Operation",
@@ -53,11 +54,11 @@ PHASES: list[tuple[str, str, str]] = [
 
 # Nested work worth its own row wherever it happens (redaction inside record_intent, …).
 DETAILS: list[tuple[str, str, str]] = [
-    ("  redaction (Redactor)", "ledger.redaction:Redactor", "__call__"),
-    ("  redaction (Redactor.text)", "ledger.redaction:Redactor", "text"),
-    ("  HMACs: request hash", "ledger.digests", "request_hash"),
-    ("  HMACs: value digest", "ledger.digests", "value_digest"),
-    ("  event digest (content_digest)", "ledger.digests", "content_digest"),
+    ("  redaction (Redactor)", "ledger.audit.redaction:Redactor", "__call__"),
+    ("  redaction (Redactor.text)", "ledger.audit.redaction:Redactor", "text"),
+    ("  HMACs: request hash", "ledger.effects.digests", "request_hash"),
+    ("  HMACs: value digest", "ledger.effects.digests", "value_digest"),
+    ("  event digest (content_digest)", "ledger.effects.digests", "content_digest"),
 ]
 
 
@@ -143,8 +144,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("Django ORM (query building, model instances)", ("django/db/",)),
     ("pydantic (validation, serialization)", ("pydantic",)),
     ("django-ninja (dispatch, auth, parsing glue)", ("/ninja/",)),
-    ("redaction (ledger/redaction.py incl. regex)", ("ledger/redaction.py",)),
-    ("HMACs and digests", ("ledger/digests.py", "hmac.py", "_hashlib", "hashlib", "_sha2")),
+    ("redaction (ledger/audit/redaction.py incl. regex)", ("ledger/audit/redaction.py",)),
+    ("HMACs and digests", ("ledger/effects/digests.py", "hmac.py", "_hashlib", "hashlib", "_sha2")),
     ("JSON encode/decode (jsonenc, json)", ("ledger/jsonenc.py", "/json/", "_json", "unicodedata")),
     ("ledger logic (other)", ("ledger/",)),
     (

@@ -283,7 +283,8 @@ SELECT {_id("p.cg")}, {_agent("p.target_g")}, {_key("p.target_g")} || ':compensa
 """
 
 
-# Each item carries its effect's tool, agent, run and creation time, as ledger.reviewqueue
+# Each item carries its effect's tool, agent, run and creation time, as
+# ledger.containment.reviewqueue
 # copies them.
 INSERT_REVIEWS = f"""
 INSERT INTO reviews_reviewitem
@@ -379,8 +380,8 @@ def people() -> tuple[Any, Any]:
     """The signed-in operator and a colleague (both in the operator role), made if missing."""
     from django.contrib.auth.models import User
 
-    from ledger.roles import OPERATOR as ROLE
-    from ledger.roles import grant
+    from ledger.policy.roles import OPERATOR as ROLE
+    from ledger.policy.roles import grant
 
     made = []
     for name in (OPERATOR, COLLEAGUE):

@@ -194,7 +194,7 @@ def rss_mib() -> float:
 
 def child_import(path: Path) -> dict[str, Any]:
     setup_django(bench_env(os.environ["DATABASE_URL"]))
-    from ledger.recovery import database_now
+    from ledger.effects.recovery import database_now
     from ledger.statements import import_statement
 
     start, end = period(database_now())

@@ -21,13 +21,14 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 # gunicorn's own lines (booting, worker timeouts) in the same JSON shape as the application's
-# (ledger.jsonlog), unless LOG_FORMAT=plain. Card scrubbing may read settings.LEDGER_KEYS.
+# (ledger.observability.jsonlog), unless LOG_FORMAT=plain. Card scrubbing may read
+# settings.LEDGER_KEYS.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 if os.environ.get("LOG_FORMAT", "json") == "json":
     logconfig_dict = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "ledger.jsonlog.JsonFormatter"}},
+        "formatters": {"json": {"()": "ledger.observability.jsonlog.JsonFormatter"}},
         "handlers": {
             "console": {
                 "class": "logging.StreamHandler",

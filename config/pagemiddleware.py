@@ -18,7 +18,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.module_loading import import_string
 
-from ledger.middleware import API_PREFIX
+from ledger.api.middleware import API_PREFIX
 
 # Pages under the API's prefix: the docs (Swagger UI) and the schema they load.
 API_PAGES = ("/api/v1/docs", "/api/v1/openapi.json")

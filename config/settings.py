@@ -63,8 +63,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # Outermost, so that every response carries X-Request-ID and every log line its context.
-    "ledger.logcontext.RequestIdMiddleware",
-    "ledger.middleware.ApiBoundaryMiddleware",
+    "ledger.observability.logcontext.RequestIdMiddleware",
+    "ledger.api.middleware.ApiBoundaryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     # PAGE_MIDDLEWARE, for everything but agent calls under /api/.
@@ -127,14 +127,14 @@ DATABASES["default"]["OPTIONS"].setdefault(
     "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 3, minimum=1)
 )
 # psycopg prepares a statement on a connection once it has run this many times there; the
-# agent API's statements (ledger.hotpath) run on cursors that can be prepared. "off" for a
+# agent API's statements (ledger.effects.hotpath) run on cursors that can be prepared. "off" for a
 # pooler without prepared-statement support (PgBouncer before 1.21, or without
 # max_prepared_statements): see the README's deployment notes.
 _prepare = env_str("DATABASE_PREPARE_THRESHOLD", "2")
 DATABASES["default"]["OPTIONS"].setdefault(
     "prepare_threshold", None if _prepare == "off" else int(_prepare)
 )
-# The long poll's LISTEN connection (ledger.longpoll): DATABASE_URL unless set. Behind a
+# The long poll's LISTEN connection (ledger.api.longpoll): DATABASE_URL unless set. Behind a
 # transaction pooler, point it at PostgreSQL itself: LISTEN holds a session.
 LEDGER_LISTEN_URL = env_str("LEDGER_LISTEN_URL", "-").removeprefix("-")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -229,7 +229,7 @@ CONTENT_SECURITY_POLICY = {
 # be rotated: new hashes use the highest version, stored hashes name the version they used.
 LEDGER_KEYS = env_keyring("LEDGER_KEYS")
 LEDGER_MAX_BODY_BYTES = env_int("LEDGER_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
-# Our limit is enforced (413) by ledger.middleware; Django's own must not be lower.
+# Our limit is enforced (413) by ledger.api.middleware; Django's own must not be lower.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(LEDGER_MAX_BODY_BYTES, 2_621_440)
 LEDGER_DEFAULT_LEASE_SECONDS = env_int("LEDGER_DEFAULT_LEASE_SECONDS", 60, minimum=1)
 LEDGER_DEFAULT_MAX_ATTEMPTS = env_int("LEDGER_DEFAULT_MAX_ATTEMPTS", 3, minimum=1)
@@ -249,7 +249,7 @@ LEDGER_SWEEP_MINUTES = env_int("LEDGER_SWEEP_MINUTES", 1, minimum=1)
 # Webhook signing secrets per provider: "sandbox-pay:secret,other:secret". During a rotation a
 # provider may be named twice, "sandbox-pay:old,sandbox-pay:new": both are accepted until the
 # old one is removed. LEDGER_WEBHOOK_SECRETS holds the last one named, the other one
-# LEDGER_WEBHOOK_OLD_SECRETS (ledger.webhooks.verify accepts either).
+# LEDGER_WEBHOOK_OLD_SECRETS (ledger.api.webhooks.verify accepts either).
 LEDGER_WEBHOOK_SECRETS: dict[str, str] = {}
 LEDGER_WEBHOOK_OLD_SECRETS: dict[str, str] = {}
 for _item in env_list("LEDGER_WEBHOOK_SECRETS", []):
@@ -272,7 +272,8 @@ LEDGER_CHAIN_HEAD_FILE = env_str(
     "LEDGER_CHAIN_HEAD_FILE", str(BASE_DIR / "var" / "chain-heads.jsonl")
 )
 
-# --- Alerts (reviews.alerts, ledger.outbox) ---------------------------------------------------
+# --- Alerts (reviews.alerts, ledger.containment.outbox)
+# ---------------------------------------------------
 # How long a review item may stay open before it is overdue (tools may set resolve_within);
 # alerts go out at 75% of it and when it passes.
 LEDGER_RESOLVE_WITHIN = env_duration("LEDGER_RESOLVE_WITHIN", "24h")
@@ -307,28 +308,29 @@ if LEDGER_ALERT_WEBHOOK_FORMAT not in ("json", "slack") or (
         "URL, and with the json format LEDGER_ALERT_WEBHOOK_SECRET must have 16+ characters."
     )
 
-# --- Agent notifications (ledger.longpoll, ledger.notifications) -------------------------------
+# --- Agent notifications (ledger.api.longpoll, ledger.api.notifications)
+# -------------------------------
 # Long polls (GET /effects/{id}?wait=N) waiting at once in one process; the rest are answered at
 # once with Retry-After. Each waiter holds one of the worker's threads (gunicorn gthread), so
 # the default leaves half of GUNICORN_THREADS to every other request.
 LEDGER_MAX_WAITERS = env_int(
     "LEDGER_MAX_WAITERS", max(1, env_int("GUNICORN_THREADS", 4, minimum=1) // 2), minimum=1
 )
-# How many of those places one agent may hold at once (ledger.longpoll.agent_share); 0: half of
+# How many of those places one agent may hold at once (ledger.api.longpoll.agent_share); 0: half of
 # LEDGER_MAX_WAITERS, at least one. The rest of that agent's long polls are answered at once.
 LEDGER_WAITERS_PER_AGENT = env_int("LEDGER_WAITERS_PER_AGENT", 0, minimum=0)
-# Where an intent's callback_url may point (ledger.callbacktargets): origins
+# Where an intent's callback_url may point (ledger.api.callbacktargets): origins
 # (`https://hooks.example.com:8443`) and URL prefixes (`https://hooks.example.com/agents/`);
 # none: every callback_url is refused. The old LEDGER_CALLBACK_HOSTS (bare host names, which
 # let a callback reach any port and path of the host) still works for one release, narrowed to
 # each host's default http and https ports, with a warning; both at once is refused. Then the
-# secret that signs each callback (X-Ledger-Signature, as ledger.webhooks.sign).
+# secret that signs each callback (X-Ledger-Signature, as ledger.api.webhooks.sign).
 def _callback_allow() -> list[str]:
     import logging
 
     from django.core.exceptions import ImproperlyConfigured
 
-    from ledger.callbacktargets import CallbackRefused, allow_list, legacy_entries
+    from ledger.api.callbacktargets import CallbackRefused, allow_list, legacy_entries
 
     entries = env_list("LEDGER_CALLBACK_ALLOW", [])
     hosts = env_list("LEDGER_CALLBACK_HOSTS", [])
@@ -361,31 +363,32 @@ if LEDGER_CALLBACK_ALLOW and len(LEDGER_CALLBACK_SECRET) < 16:
         "LEDGER_CALLBACK_SECRET must have 16+ characters when LEDGER_CALLBACK_ALLOW is set."
     )
 
-# --- Metrics and logs (ledger.metrics, ledger.summary, ledger.jsonlog) ------------------------
+# --- Metrics and logs (ledger.observability.metrics, ledger.observability.summary,
+# ledger.observability.jsonlog) ------------------------
 # The bearer token a Prometheus scraper sends to /metrics; unset, /metrics answers 404.
 LEDGER_METRICS_TOKEN = env_str("LEDGER_METRICS_TOKEN", "-").removeprefix("-")
 # How old the summary behind the gauges may get before a scrape reads it again (per process).
 LEDGER_METRICS_REFRESH = env_int("LEDGER_METRICS_REFRESH", 10, minimum=1)
-# json: one JSON object per line (ledger.jsonlog); plain: for reading in a terminal.
+# json: one JSON object per line (ledger.observability.jsonlog); plain: for reading in a terminal.
 LOG_FORMAT = env_str("LOG_FORMAT", "json")
 if LOG_FORMAT not in ("json", "plain"):
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured("LOG_FORMAT must be json or plain.")
 
-# ledger.jsonlog.configure also routes Python warnings into these handlers.
-LOGGING_CONFIG = "ledger.jsonlog.configure"
+# ledger.observability.jsonlog.configure also routes Python warnings into these handlers.
+LOGGING_CONFIG = "ledger.observability.jsonlog.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "ledger.jsonlog.JsonFormatter"},
+        "json": {"()": "ledger.observability.jsonlog.JsonFormatter"},
         "plain": {
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s "
             "[request=%(request_id)s agent=%(agent)s effect=%(effect_id)s run=%(run_id)s]"
         },
     },
-    "filters": {"context": {"()": "ledger.logcontext.ContextFilter"}},
+    "filters": {"context": {"()": "ledger.observability.logcontext.ContextFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",

@@ -312,7 +312,8 @@ def _wait_for_http(
 
 
 def fresh_metrics_dir(path: Path = VAR / "prometheus") -> Path:
-    """An empty directory for the counters of every process of this run (ledger.metrics):
+    """An empty directory for the counters of every process of this run
+    (ledger.observability.metrics):
     files a previous run left would otherwise be added to this run's counts."""
     import shutil
 

@@ -5,8 +5,8 @@ from django.urls import include, path
 from django.utils.functional import lazy
 from django.views.generic import RedirectView
 
-from ledger.api import api
-from ledger.metrics import metrics_view
+from ledger.api.endpoints import api
+from ledger.observability.metrics import metrics_view
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),

@@ -6,8 +6,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ledger.agentkeys import revoke
-from ledger.limits import amount_limits
+from ledger.audit.retention import REDACTED, REDACTED_TARGET
+from ledger.containment.limits import amount_limits
 from ledger.models import (
     Agent,
     ApiKey,
@@ -19,7 +19,7 @@ from ledger.models import (
     Tool,
 )
 from ledger.models.statements import Incident, StatementImport, StatementLine
-from ledger.retention import REDACTED, REDACTED_TARGET
+from ledger.policy.agentkeys import revoke
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -148,7 +148,7 @@ class EventInline(admin.TabularInline):
 class EffectAdmin(ReadOnlyAdmin):
     """Read-only, but for the legal hold, which is set and cleared by the two actions (each
     change is logged in the admin's history of the effect): a hold keeps the effect's payloads
-    from retention (`ledger.retention`). Not through the change form: saving it would write
+    from retention (`ledger.audit.retention`). Not through the change form: saving it would write
     every column of the effect, its status among them, from a copy read earlier."""
 
     list_display = (
@@ -229,7 +229,8 @@ class RunAdmin(ReadOnlyAdmin):
 
 @admin.register(ReviewItem)
 class ReviewItemAdmin(admin.ModelAdmin):
-    """Only the assignee can be changed here. An item is opened by `ledger.reviewqueue` and
+    """Only the assignee can be changed here. An item is opened by `ledger.containment.reviewqueue`
+    and
     closed by a decision (`reviews.decisions`), which records a decision effect and moves the
     target in the same transaction; closing or deleting it here would leave no trace."""
 

@@ -1,4 +1,4 @@
-"""Refusals the API turns into its documented JSON errors (see API.md, "Errors")."""
+"""Refusals the API turns into its documented JSON errors (docs/api.md#errors)."""
 
 from __future__ import annotations
 

@@ -13,15 +13,15 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from ledger.containment.halts import covering_sql
+from ledger.containment.limits import LimitExceeded
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.outcomes import record_outcome
+from ledger.effects.states import Kind, Status
+from ledger.effects.transitions import claim
 from ledger.errors import AttemptsExhausted, Refused, StaleLease
-from ledger.halts import covering_sql
-from ledger.limits import LimitExceeded
 from ledger.models import Effect, Reason, Tool
-from ledger.outcomes import record_outcome
-from ledger.reviewqueue import open_review
-from ledger.states import Kind, Status
-from ledger.tools import policy_for
-from ledger.transitions import claim
+from ledger.policy.tools import policy_for
 from reconcilers.queue import enqueue, fresh_connection
 from reconcilers.registry import EXECUTING, adapter_for, executes
 

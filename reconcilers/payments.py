@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ledger.matching import differences, is_refund
 from ledger.models import Effect
+from ledger.provider.matching import differences, is_refund
 from reconcilers.adapters import (
     Lookup,
     Sent,

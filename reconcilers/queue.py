@@ -49,5 +49,6 @@ def enqueue_now(effect_ids: list[str]) -> bool:
 
 
 def on_checks_due(sender: Any, effect_ids: list[str], **kwargs: Any) -> None:
-    """The receiver of `ledger.wakeups.checks_due` (connected in `ReconcilersConfig.ready`)."""
+    """The receiver of `ledger.effects.wakeups.checks_due` (connected in
+    `ReconcilersConfig.ready`)."""
     enqueue_now(effect_ids)

@@ -7,12 +7,13 @@ asks the provider *outside* any transaction, then records the answer and its con
 one transaction. A transition loses, harmlessly, to anyone who moved the effect meanwhile.
 
 A batch's common answers (found and matching; not found where that proves non-receipt) are
-each one transition, and they are written together: `ledger.transitions.transition_many` moves
+each one transition, and they are written together: `ledger.effects.transitions.transition_many`
+moves
 them with their reconciliation and transition events in one statement per kind of move, so
 an effect that moved meanwhile is left out with no trace. The other answers (a review, a
 reschedule, a chain of moves) are recorded one by one, each in a savepoint.
 
-What an answer leads to (DESIGN.md, "Recovery"):
+What an answer leads to (docs/concepts.md#recovery):
 
 | answer                  | then                                                                |
 | ----------------------- | ------------------------------------------------------------------- |
@@ -20,11 +21,11 @@ What an answer leads to (DESIGN.md, "Recovery"):
 | found, differs          | unknown, review (provider_mismatch)                                 |
 | two or more records     | unknown, review (duplicate, high); the tool halted if it says so    |
 | not found, proves       | planned while attempts remain, else failed (never_sent); a tail     |
-|   absence               |   check after it next resolves (ledger.absence has the rule)        |
+|   absence               |   check after it next resolves (`ledger.provider.lookup_absence`)   |
 | not found, not yet      | asked again once it could prove absence                             |
 | not found, never        | unknown, review (not_found_unproven)                                |
 | inconclusive            | unknown, retried with backoff and jitter, then review               |
-| (no lookup at all)      | the capability table in ledger.recovery                            |
+| (no lookup at all)      | the capability table in ledger.effects.recovery                     |
 """
 
 from __future__ import annotations
@@ -38,15 +39,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from ledger.absence import not_found_proves, tail_check_due
-from ledger.duplicates import report_duplicate
-from ledger.metrics import count_reconciliation
-from ledger.models import Effect, EventKind, Reason, Tool
-from ledger.recovery import apply_plan, database_now, plan_for
-from ledger.reviewqueue import open_review
-from ledger.states import CHECKED, Status, sql_list
-from ledger.tools import Policy
-from ledger.transitions import (
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.recovery import apply_plan, database_now, plan_for
+from ledger.effects.states import CHECKED, Status, sql_list
+from ledger.effects.transitions import (
     Move,
     Superseded,
     event_values,
@@ -55,6 +51,11 @@ from ledger.transitions import (
     transition,
     transition_many,
 )
+from ledger.models import Effect, EventKind, Reason, Tool
+from ledger.observability.metrics import count_reconciliation
+from ledger.policy.tools import Policy
+from ledger.provider.duplicates import report_duplicate
+from ledger.provider.lookup_absence import not_found_proves, tail_check_due
 from reconcilers.adapters import DUPLICATE, FOUND, NOT_FOUND, Lookup
 from reconcilers.registry import adapter_for
 
@@ -186,7 +187,8 @@ def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime
     """The answer's whole consequence when it is one transition, with the reconciliation event
     ahead of it: found and matching (confirmed or failed as the provider says; pending moves a
     dispatching effect to awaiting_confirmation), or a not-found that proves absence
-    (`ledger.absence`: planned while attempts remain, else failed: it was never sent). None
+    (`ledger.provider.lookup_absence`: planned while attempts remain, else failed: it was never
+    sent). None
     when it takes more (a review, a reschedule, a chain of moves): `_apply`."""
 
     def move(to: Status, reason: str, changes: dict[str, Any], data: dict[str, Any]) -> Move:

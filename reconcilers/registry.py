@@ -33,7 +33,8 @@ def executes(reconciler: str) -> bool:
 
 
 def check_tool(name: str, fields: dict[str, Any]) -> str:
-    """What `loadtools` must refuse about a tool's adapter (`ledger.toolfile.ADAPTER_CHECKS`):
+    """What `loadtools` must refuse about a tool's adapter
+    (`ledger.policy.toolfile.ADAPTER_CHECKS`):
     a lookup that proves absence must answer with lists (a 404 or a single object proves
     nothing), and fetched statements need an adapter that can fetch them."""
     adapter = ADAPTERS.get(fields.get("reconciler") or "")

@@ -8,8 +8,8 @@ import logging
 from django.conf import settings
 from django.db import connection
 
+from ledger.effects.states import CHECKED, Status, sql_list
 from ledger.models import Effect
-from ledger.states import CHECKED, Status, sql_list
 from reconcilers.execution import redrive_executions
 from reconcilers.queue import enqueue_now
 
@@ -90,16 +90,16 @@ SCHEDULES = {
         "minutes": 1,
     },
     "seal-events": {
-        "func": "ledger.seal.seal_all",
+        "func": "ledger.audit.seal.seal_all",
         "minutes": 1,
     },
     "export-chain-head": {
-        "func": "ledger.seal.export_head",
+        "func": "ledger.audit.seal.export_head",
         "minutes": 60,
     },
-    # Payloads of effects resolved longer ago than their tool's retention (ledger.retention).
+    # Payloads of effects resolved longer ago than their tool's retention (ledger.audit.retention).
     "retention": {
-        "func": "ledger.retention.redact_expired",
+        "func": "ledger.audit.retention.redact_expired",
         "minutes": 60,
     },
     # Yesterday's statement for each tool that fetches them; a day already imported is
@@ -116,8 +116,11 @@ def ensure_schedules() -> None:
     remove schedules this module no longer declares."""
     from django_q.models import Schedule
 
-    for ours in ("reconcilers.", "reviews.", "ledger.seal.", "ledger.retention."):
-        Schedule.objects.filter(func__startswith=ours).exclude(name__in=SCHEDULES).delete()
+    # The old module paths too (`ledger.seal`, `ledger.retention`, before the ledger's
+    # subpackages): a schedule stored under one is ours, and is rewritten by name below.
+    ours = ("reconcilers.", "reviews.", "ledger.audit.", "ledger.seal.", "ledger.retention.")
+    for prefix in ours:
+        Schedule.objects.filter(func__startswith=prefix).exclude(name__in=SCHEDULES).delete()
     for name, spec in SCHEDULES.items():
         Schedule.objects.update_or_create(
             name=name,

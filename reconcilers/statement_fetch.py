@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
+from ledger.effects.recovery import database_now
 from ledger.models import Tool
 from ledger.models.statements import Origin
-from ledger.recovery import database_now
 from ledger.statements import already_imported, import_statement
 
 log = logging.getLogger(__name__)

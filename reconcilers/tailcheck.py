@@ -1,6 +1,7 @@
 """Tail checks: one more lookup for an effect that was sent again on a proof of absence.
 
-A proof of absence (`ledger.absence`) rests on the provider's search being complete; if a first
+A proof of absence (`ledger.provider.lookup_absence`) rests on the provider's search being
+complete; if a first
 request landed after all (a partition that outlasted every bound), the retry made a second
 record. So an effect moved on such a proof carries `tail_check_at`, and once it has resolved
 and `settle_after + call_timeout` more have passed, the provider is asked once more:
@@ -29,14 +30,14 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from ledger.absence import tail_check_due
-from ledger.duplicates import report_duplicate
-from ledger.events import record_event
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.events import record_event
+from ledger.effects.recovery import database_now
+from ledger.effects.states import TERMINAL, Status
 from ledger.models import Effect, EventKind, Reason, Tool
-from ledger.recovery import database_now
-from ledger.reviewqueue import open_review
-from ledger.states import TERMINAL, Status
-from ledger.tools import Policy
+from ledger.policy.tools import Policy
+from ledger.provider.duplicates import report_duplicate
+from ledger.provider.lookup_absence import tail_check_due
 from reconcilers.adapters import DUPLICATE, FOUND, INCONCLUSIVE, Lookup
 from reconcilers.reconcile import lookup_pool
 from reconcilers.registry import adapter_for

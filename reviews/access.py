@@ -1,6 +1,6 @@
 """Who may see and do what in the pages: one place, raising `PermissionDenied`.
 
-Roles are groups (`ledger.roles`): auditors read and export, operators also act, admins do
+Roles are groups (`ledger.policy.roles`): auditors read and export, operators also act, admins do
 everything (they manage tools, agents and keys in the admin). Every page needs a login.
 """
 
@@ -15,7 +15,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
-from ledger.roles import ADMIN, AUDITOR, OPERATOR
+from ledger.policy.roles import ADMIN, AUDITOR, OPERATOR
 
 View = Callable[..., HttpResponse]
 

@@ -7,7 +7,8 @@ Idempotency-Key): delivery is at least once, so a receiver drops the repeats by 
 
 Much of an alert is text an agent chose (run ids, effect keys, tool names, reasons), and it
 reaches people from the ledger's own sender. Every line built from it is one line
-(`ledger.plaintext.one_line`: a line break in a run id can neither end the email's subject
+(`ledger.containment.plaintext.one_line`: a line break in a run id can neither end the email's
+subject
 header nor forge a line of the body), and in Slack's format every such value is escaped as
 Slack asks (`&`, `<`, `>`), so `<!channel>` or `<https://evil.example|Re-login>` arrive as the
 text they are, not as a mention or a disguised link; the one link is the ledger's own.
@@ -26,11 +27,11 @@ import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage
 
+from ledger.api.webhooks import sign
+from ledger.containment.outbox import Leased
+from ledger.containment.plaintext import one_line
 from ledger.jsonenc import ExactJSONEncoder
 from ledger.models import AlertKind
-from ledger.outbox import Leased
-from ledger.plaintext import one_line
-from ledger.webhooks import sign
 
 # Per request; with the sender's time budget this keeps a run inside its django-q2 timeout.
 WEBHOOK_TIMEOUT = 10.0
@@ -119,7 +120,7 @@ def webhook_body(alert: Leased) -> bytes:
 
 
 def send_webhook(alert: Leased) -> None:
-    """POST the alert, signed like the providers' callbacks we accept (ledger.webhooks):
+    """POST the alert, signed like the providers' callbacks we accept (ledger.api.webhooks):
     `X-Ledger-Signature: t=<unix seconds>,v1=<HMAC-SHA256 of "<t>." + body>`."""
     body = webhook_body(alert)
     headers = {"Content-Type": "application/json", "Idempotency-Key": str(alert.id)}

@@ -5,15 +5,16 @@ review item that has passed 75% of its time (opened_at → due_at) and one for e
 is overdue; the unique (kind, key) of the outbox makes each fire once, however often the sweep
 runs. An item first seen already overdue gets only the overdue alert.
 
-`send_due` (another schedule, every minute) leases one alert at a time (`ledger.outbox`),
+`send_due` (another schedule, every minute) leases one alert at a time
+(`ledger.containment.outbox`),
 delivers it to every configured channel that has not taken it yet, outside any transaction,
 and records the result. Whatever fails is retried after a backoff, so each alert reaches each
 channel at least once. A failure is always the failure of one alert (and one channel): any
 exception while delivering a row, whatever its type, is recorded as a failed attempt of that
 row and the sender goes on to the next, so no row an agent could shape (a callback URL, a run
 id in a subject) can stop the alerts behind it. Halts and limit breaches enqueue through
-`ledger.outbox.notify`; agents' callbacks are enqueued by the status-change trigger
-(`ledger.notifications`) and go only to the effect's own callback_url (`reviews.callbacks`).
+`ledger.containment.outbox.notify`; agents' callbacks are enqueued by the status-change trigger
+(`ledger.api.notifications`) and go only to the effect's own callback_url (`reviews.callbacks`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import time
 
 from django.db import connection, transaction
 
+from ledger.containment.outbox import Leased, back_off, finish, lease
+from ledger.containment.plaintext import one_line
 from ledger.models import Agent, Alert, AlertKind, Effect, ReviewItem
-from ledger.outbox import Leased, back_off, finish, lease
-from ledger.plaintext import one_line
 from reviews.alertchannels import DeliveryFailed, channels, subject
 from reviews.callbacks import CallbackFailed, send_callback
 
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 TIME_BUDGET = 30.0
 # The fraction of an item's time after which it is "due soon".
 DUE_SOON = 0.75
-# Tries of one agent callback (backoff 30 s … 8 min between them, ledger.outbox.retry_delay).
+# Tries of one agent callback (backoff 30 s … 8 min between them,
+# ledger.containment.outbox.retry_delay).
 CALLBACK_ATTEMPTS = 6
 
 

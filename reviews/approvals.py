@@ -4,7 +4,8 @@ Two things wait for a second pair of eyes (`reviews.decisions` records the decis
 - an effect in `awaiting_approval` (its amount was above its tool's `approve_above`): approve
   moves it to `planned`, reject to `cancelled`;
 - a retry whose only ground is an operator's word that the provider never received the request
-  (`ledger.recovery.VERIFIED_ABSENT`, the one rule that judges retry safety): it is recorded as
+  (`ledger.effects.recovery.VERIFIED_ABSENT`, the one rule that judges retry safety): it is
+  recorded as
   a pending `RetryProposal`, the effect stays `unknown`, and approve carries the retry out while
   reject drops it.
 
@@ -17,10 +18,10 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from django.db.models.functions import Now
 
-from ledger.approvals import requester
+from ledger.containment.four_eyes import requester
+from ledger.effects.states import Status
 from ledger.errors import InvalidTransition, Refused
 from ledger.models import Effect, RetryProposal
-from ledger.states import Status
 
 
 class SecondPairNeeded(Refused):

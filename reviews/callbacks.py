@@ -2,7 +2,7 @@
 that was checked.
 
 The URL is checked again at send time against the allow-list as it is now
-(`ledger.callbacktargets`): a row stored by an older version, or before the allow-list was
+(`ledger.api.callbacktargets`): a row stored by an older version, or before the allow-list was
 narrowed, is refused here rather than sent. The host is then resolved once, every address it
 gave is checked, and the connection goes to the first of them, never to a second resolution a
 rebinding name server could answer differently. The request keeps the URL's host: the Host
@@ -26,11 +26,11 @@ from functools import lru_cache
 import httpx
 from django.conf import settings
 
-from ledger import callbacktargets
+from ledger.api import callbacktargets
+from ledger.api.notifications import allowed_targets
+from ledger.api.webhooks import sign
+from ledger.containment.outbox import Leased
 from ledger.jsonenc import ExactJSONEncoder
-from ledger.notifications import allowed_targets
-from ledger.outbox import Leased
-from ledger.webhooks import sign
 
 # Shorter than the operators' webhook: an agent's endpoint that hangs must not hold up the
 # operators' alerts behind it.
@@ -110,7 +110,7 @@ def pinned_request(
 
 
 def send_callback(alert: Leased) -> None:
-    """POST a status change to the effect's callback_url (ledger.notifications), signed with
+    """POST a status change to the effect's callback_url (ledger.api.notifications), signed with
     LEDGER_CALLBACK_SECRET as the alert webhook is; the alert id is the Idempotency-Key."""
     target, address = pinned(alert.payload.get("callback_url"))
     body = callback_body(alert)

@@ -9,9 +9,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 
-from ledger.halts import active_halts
-from ledger.metrics import summary
-from ledger.states import Status
+from ledger.containment.halts import active_halts
+from ledger.effects.states import Status
+from ledger.observability.metrics import summary
 from reviews.access import can_act, can_read
 from reviews.views.approvals import pending_proposals
 
@@ -23,7 +23,8 @@ def roles(request: HttpRequest) -> dict[str, Any]:
 
 def waiting_for_approval() -> int:
     """How many effects and retry proposals wait for four-eyes (the approvals page's rows).
-    The effects are counted from the ledger's summary (`ledger.summary`, refreshed every few
+    The effects are counted from the ledger's summary (`ledger.observability.summary`, refreshed
+    every few
     seconds by a thread), not by a count over the effects on every page; the proposals are
     few and indexed."""
     held = sum(

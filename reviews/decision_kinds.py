@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.effects.states import Status
 from ledger.errors import InvalidTransition, Refused
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.states import Status
 from reviews.evidence import FAILED_STATUSES, Evidence
 
 CONFIRM, FAIL, RETRY, COMPENSATE, CANCEL = "confirm", "fail", "retry", "compensate", "cancel"
@@ -113,7 +113,7 @@ def refusal(
     effect: Effect, item: ReviewItem | None, action: str, evidence: Evidence, ground: str
 ) -> Refused | None:
     """Why `action` does not apply to `effect` with `item` open, or None when it does. Pure:
-    the caller reads the evidence and the retry ground (`ledger.recovery.retry_ground`)."""
+    the caller reads the evidence and the retry ground (`ledger.effects.recovery.retry_ground`)."""
     reason = item.reason if item is not None else ""
     if action in _CLOSES and reason not in _CLOSES[action]:
         return DoesNotApply(

@@ -6,7 +6,7 @@ another operator proposed on nothing but their word that the provider never rece
 
 A decision is its own effect (kind `decision`, status `confirmed`, `parent` = the target) and is
 recorded in ONE transaction with the target's transition and the review item's resolution
-(DESIGN.md, "Review and escalation"). When two operators decide on one effect at once, exactly
+(docs/concepts.md#review-and-escalation). When two operators decide on one effect at once, exactly
 one decision commits: the loser's transaction fails on the target's version check, on the
 decision's unique `effect_key` or on the review item that is no longer open, rolls back whole,
 and the loser is told who won. Provider work a decision causes (a refund) runs after commit.
@@ -24,15 +24,15 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
-from ledger.compensation import compensate
-from ledger.decisions import grant_attempt, record_decision, resolve_review
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.compensation import compensate
+from ledger.effects.decision_records import grant_attempt, record_decision, resolve_review
+from ledger.effects.recovery import VERIFIED_ABSENT, database_now, retry_ground
+from ledger.effects.states import Kind, Status
+from ledger.effects.transitions import SqlExpr, Superseded, transition
 from ledger.errors import AttemptsExhausted, InvalidTransition, Refused, ValidationFailed
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem
-from ledger.recovery import VERIFIED_ABSENT, database_now, retry_ground
-from ledger.reviewqueue import open_review
-from ledger.states import Kind, Status
-from ledger.tools import Policy, policy_for
-from ledger.transitions import SqlExpr, Superseded, transition
+from ledger.policy.tools import Policy, policy_for
 from reconcilers.execution import can_execute, execute_after_commit
 from reviews import decision_kinds as kinds
 from reviews.approvals import (
@@ -174,7 +174,7 @@ def _open_item(effect: Effect) -> ReviewItem | None:
 
 def _ground(effect: Effect, evidence: Evidence, *, verified_absent: bool = False) -> str:
     """Why sending the effect again cannot do it twice ("" when it could): a planned effect
-    was never sent; otherwise the one rule, `ledger.recovery.retry_ground`."""
+    was never sent; otherwise the one rule, `ledger.effects.recovery.retry_ground`."""
     if effect.status == Status.PLANNED:
         return "planned"
     return retry_ground(

@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from ledger.effects.states import Status
 from ledger.models import Mode, Reason, ReviewItem, Severity
-from ledger.roles import ADMIN, OPERATOR
-from ledger.states import Status
+from ledger.policy.roles import ADMIN, OPERATOR
 from reviews.queue import search
 
 AGES = [

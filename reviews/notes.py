@@ -24,8 +24,8 @@ from django.db.models.functions import Coalesce
 
 from ledger.errors import Refused, ValidationFailed
 from ledger.models import Effect, EffectEvent, ReviewItem
-from ledger.roles import ADMIN
-from ledger.tools import policy_for
+from ledger.policy.roles import ADMIN
+from ledger.policy.tools import policy_for
 from reviews.access import can_act, roles_of
 from reviews.models import NoteKind, ReviewNote
 

@@ -4,8 +4,9 @@ Each decision form on the effect page says what the decision will lead to: the e
 state, who acts next (the ledger, the owning agent, a person or nobody) and by when, what its
 dependents will do, and whether money moves. Nothing here decides anything: every sentence is
 read off the rule that will apply, asked the way the code that applies it asks —
-`ledger.recovery.plan_for` on the would-be state for what the agent's `/recovery` will answer,
-`retry_ground` for why a resend cannot do the effect twice, `ledger.interlocks` for which
+`ledger.effects.recovery.plan_for` on the would-be state for what the agent's `/recovery` will
+answer,
+`retry_ground` for why a resend cannot do the effect twice, `ledger.effects.interlocks` for which
 upstreams hold a dependent back, `reconcilers.execution.can_execute` for whether the ledger
 sends a refund itself.
 
@@ -21,12 +22,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from ledger.compensation import active_dependents
-from ledger.halts import halted_among
-from ledger.interlocks import Upstream, upstreams_of
-from ledger.iso4217 import major_units
-from ledger.models import Effect, EffectDependency, Reason, RequestedBy, ReviewItem
-from ledger.recovery import (
+from ledger.containment.halts import halted_among
+from ledger.containment.iso4217 import major_units
+from ledger.effects.compensation import active_dependents
+from ledger.effects.interlocks import Upstream, upstreams_of
+from ledger.effects.recovery import (
     HONOURS_KEY,
     NOT_FOUND,
     READ_ONLY,
@@ -37,8 +37,9 @@ from ledger.recovery import (
     plan_for,
     retry_ground,
 )
-from ledger.states import CANCELLABLE, UPSTREAM_DEAD, Kind, Status
-from ledger.tools import Policy, policy_for
+from ledger.effects.states import CANCELLABLE, UPSTREAM_DEAD, Kind, Status
+from ledger.models import Effect, EffectDependency, Reason, RequestedBy, ReviewItem
+from ledger.policy.tools import Policy, policy_for
 from reconcilers.execution import can_execute
 from reviews.approvals import waits_for_second_pair
 from reviews.decision_kinds import (
@@ -97,9 +98,10 @@ class _Facts:
     # What the provider has said of it: the latest lookup, the latest record it sent.
     evidence: Evidence
     # The effect's own upstreams, and each dependent's status and upstreams (this effect among
-    # them), as `ledger.interlocks` reads them.
+    # them), as `ledger.effects.interlocks` reads them.
     upstreams: tuple[Upstream, ...]
-    # An active halt covers it (`ledger.halts`): planned again, it could not be claimed now.
+    # An active halt covers it (`ledger.containment.halts`): planned again, it could not be claimed
+    # now.
     halted: bool
     dependents: tuple[tuple[str, str, tuple[Upstream, ...]], ...]
 
@@ -442,7 +444,7 @@ def _compensate(effect: Effect, facts: _Facts, action: str) -> Preview:
     else:
         lines.append(Line("It undoes what the compensation request in the form names."))
     if facts.item is not None and facts.item.reason == Reason.DUPLICATE:
-        # ledger.compensation(duplicate=True): the provider's second charge is undone.
+        # ledger.effects.compensation(duplicate=True): the provider's second charge is undone.
         lines.append(
             Line(
                 "It refunds the provider's duplicate, named in the form: once that is "
@@ -467,11 +469,12 @@ def _dependents(
     effect: Effect, facts: _Facts, status: Status, *, compensating: bool = False
 ) -> list[Line]:
     """What the dependents still waiting (planned, awaiting approval) will do once the effect is
-    in `status`. The one rule (`ledger.interlocks.blocking`): an upstream holds its dependents
+    in `status`. The one rule (`ledger.effects.interlocks.blocking`): an upstream holds its
+    dependents
     back until it is confirmed with no compensation in flight; one that can never be confirmed
-    again (`UPSTREAM_DEAD`) has them cancelled (`ledger.transitions`)."""
+    again (`UPSTREAM_DEAD`) has them cancelled (`ledger.effects.transitions`)."""
     waiting = [(d, ups) for d, s, ups in facts.dependents if s in CANCELLABLE]
-    # Sent, or settled as done: they may have relied on it (`ledger.compensation`).
+    # Sent, or settled as done: they may have relied on it (`ledger.effects.compensation`).
     acted = [d for d, s, _ in facts.dependents if s not in CANCELLABLE | UPSTREAM_DEAD]
     lines: list[Line] = []
     if compensating:

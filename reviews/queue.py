@@ -1,6 +1,6 @@
 """The review queue: one page of it, its exact-match search, what a row shows, the page's
 fingerprint for live refreshes, and who works on an item (claiming and assigning; opening one is
-`ledger.reviewqueue`).
+`ledger.containment.reviewqueue`).
 
 A page is read in two steps so that its cost does not grow with the queue: the ids of the page's
 items are selected from the review-item table alone (every filter but the effect's status reads
@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger.iso4217 import major_units
+from ledger.containment.iso4217 import major_units
 from ledger.models import Effect, ReviewItem
 from reviews.suggest import suggest_for_rows
 from reviews.templatetags.times import FORMAT

@@ -17,7 +17,7 @@ what it can, and the operator adds what they checked.
 | a compensation to carry out by hand              | confirm (ref to fill in)                |
 | the latest lookup found it, confirmed / failed   | confirm with its ref / fail             |
 | the latest lookup proved absence, or a retry is  | retry                                   |
-|   safe by `ledger.recovery.retry_ground`         |                                         |
+|   safe by `recovery.retry_ground`                |                                         |
 
 A suggestion is made only for a decision the page offers (`reviews.decision_kinds.refusal`).
 """
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ledger.effects.recovery import database_now, retry_ground
+from ledger.effects.states import Kind, Status
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.recovery import database_now, retry_ground
-from ledger.states import Kind, Status
-from ledger.tools import policy_for
+from ledger.policy.tools import policy_for
 from reviews import decision_kinds as kinds
 from reviews.decision_kinds import (
     ACCEPT_RECORD,

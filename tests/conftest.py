@@ -16,12 +16,13 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from ledger import digests, longpoll
-from ledger.agentkeys import issue_key
-from ledger.metrics import summary
+from ledger.api import longpoll
+from ledger.effects import digests
 from ledger.models import Agent, Effect, EffectEvent, Tool
-from ledger.roles import AUDITOR, OPERATOR, grant
-from ledger.toolfile import load
+from ledger.observability.metrics import summary
+from ledger.policy.agentkeys import issue_key
+from ledger.policy.roles import AUDITOR, OPERATOR, grant
+from ledger.policy.toolfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
 # A Redis database of its own, so that tests neither drain nor flush anyone else's jobs.
@@ -94,7 +95,7 @@ class AgentClient:
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
-    """pytest-django's, then: the long-poll listener (ledger.longpoll) holds a connection to the
+    """pytest-django's, then: the long-poll listener (ledger.api.longpoll) holds a connection to the
     test database, and must let go of it before the database is dropped."""
     yield
     longpoll.stop()

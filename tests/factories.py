@@ -17,9 +17,9 @@ from django.db import connection
 from django.test import Client
 
 from config.stack import database_url, free_port, gunicorn_argv
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.transitions import record_event
 from ledger.models import Effect, EffectEvent, Reason, ReviewItem
-from ledger.reviewqueue import open_review
-from ledger.transitions import record_event
 from tests.conftest import ROOT, events_of
 
 if TYPE_CHECKING:

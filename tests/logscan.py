@@ -17,9 +17,9 @@ from collections.abc import Iterable, Iterator
 import pytest
 from django.conf import settings
 
-from ledger.jsonlog import JsonFormatter
-from ledger.logcontext import ContextFilter
-from ledger.redaction import scrub_cards
+from ledger.audit.redaction import scrub_cards
+from ledger.observability.jsonlog import JsonFormatter
+from ledger.observability.logcontext import ContextFilter
 
 # A whole agent key, secret part included (`elk_<prefix>` alone is its public name).
 AGENT_KEY = re.compile(r"elk_(?:[a-z]+_)?[0-9a-f]{12}_[A-Za-z0-9_-]{20,}")

@@ -1,5 +1,5 @@
-"""Proofs of absence from a lookup, tail checks and duplicates (ledger.absence,
-reconcilers.reconcile, reconcilers.tailcheck, ledger.duplicates).
+"""Proofs of absence from a lookup, tail checks and duplicates (ledger.provider.lookup_absence,
+reconcilers.reconcile, reconcilers.tailcheck, ledger.provider.duplicates).
 
 Providers are sandbox subprocesses over real HTTP; time passes by back-dating rows.
 """
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from ledger.effects.recovery import database_now
 from ledger.models import Halt, ReviewItem
-from ledger.recovery import database_now
 from reconcilers.reconcile import process_one
 from reconcilers.tailcheck import run_due
 from tests.conftest import assert_error, events_of
@@ -280,8 +280,8 @@ def test_an_effect_with_an_open_duplicate_cannot_be_claimed(alice, lookup_only):
 
 
 def test_an_item_opened_again_for_a_graver_reason_is_raised_and_never_lowered(alice):
+    from ledger.containment.reviewqueue import open_review
     from ledger.models import Reason
-    from ledger.reviewqueue import open_review
 
     effect = alice.intent(tool="send_email", request={"to": "x@example.com"})
     assert open_review(effect["id"], Reason.INCONCLUSIVE) is True

@@ -22,6 +22,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rq import Queue
 
+from ledger.containment.reviewqueue import open_review
 from ledger.models import (
     ApiKey,
     EffectDependency,
@@ -35,8 +36,7 @@ from ledger.models import (
     StatementLine,
     Tool,
 )
-from ledger.reviewqueue import open_review
-from ledger.roles import ADMIN, grant
+from ledger.policy.roles import ADMIN, grant
 from tests.conftest import PASSWORD
 
 ROLES = ("anonymous", "no role", "auditor", "operator", "admin")

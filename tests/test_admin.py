@@ -7,9 +7,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from ledger.agentkeys import revoke
+from ledger.containment.reviewqueue import open_review
 from ledger.models import ApiKey, Effect, EffectEvent, ReviewItem
-from ledger.reviewqueue import open_review
+from ledger.policy.agentkeys import revoke
 from tests.conftest import events_of
 
 

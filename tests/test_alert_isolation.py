@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from ledger import outbox
+from ledger.containment import outbox
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Alert, Effect
-from ledger.reviewqueue import open_review
 from reviews.alerts import CALLBACK_ATTEMPTS, send_due, sweep
 from tests.receivers import Endpoint
 

@@ -22,10 +22,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.db import connection
 
-from ledger import outbox
+from ledger.containment import outbox
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Alert, ReviewItem
-from ledger.reviewqueue import open_review
-from ledger.toolfile import load
+from ledger.policy.toolfile import load
 from reviews.alerts import send_due, sweep
 from tests.conftest import ROOT
 from tests.factories import created_ago

@@ -16,8 +16,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from ledger.agentkeys import issue_key, key_prefix, revoke
 from ledger.models import Agent, Effect, EffectEvent
+from ledger.policy.agentkeys import issue_key, key_prefix, revoke
 from tests.conftest import assert_error
 
 # (method, path) of every endpoint that needs a key; `{id}` is an effect id.
@@ -168,7 +168,7 @@ def test_a_key_is_recorded_as_the_agent_and_a_body_cannot_claim_another(alice, b
 
 # --- The schema and documentation ----------------------------------------------------------
 
-# The endpoints of API.md, as (method, path) under /api/v1.
+# The endpoints of docs/api.md, as (method, path) under /api/v1.
 DOCUMENTED = {
     ("post", "/effects"),
     ("get", "/effects"),

@@ -1,4 +1,4 @@
-"""Bad input gets the documented 4xx JSON error, and nothing is half-written (API.md, "Errors").
+"""Bad input gets the documented 4xx JSON error, and nothing is half-written (docs/api.md#errors).
 
 No request can produce a 500 by its content: malformed JSON, wrong types, missing or unknown
 fields, strings over their limits, values PostgreSQL cannot store, bodies over the size limit,

@@ -1,4 +1,4 @@
-"""No request can produce a 500 by its content (API.md, "Errors"): generated bodies, shaped like
+"""No request can produce a 500 by its content (docs/api.md#errors): generated bodies, shaped like
 the real ones or not, posted as intents and outcomes, are each a JSON 4xx or a success.
 """
 

@@ -12,11 +12,11 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.states import Status
+from ledger.effects.transitions import transition
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem, Tool
-from ledger.reviewqueue import open_review
-from ledger.states import Status
-from ledger.toolfile import ToolFileError, load
-from ledger.transitions import transition
+from ledger.policy.toolfile import ToolFileError, load
 from reviews.escalation import escalate
 from tests.conftest import assert_error, events_of
 from tests.factories import signed_in

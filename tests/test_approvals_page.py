@@ -10,10 +10,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ledger.metrics import summary
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.transitions import transition
 from ledger.models import Effect, Reason, RetryProposal, Tool
-from ledger.reviewqueue import open_review
-from ledger.transitions import transition
+from ledger.observability.metrics import summary
 from tests.factories import signed_in
 
 URL = "/approvals/"

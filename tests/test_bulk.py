@@ -10,9 +10,9 @@ import pytest
 import rq
 from django.db import connection
 
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
-from ledger.states import Kind
 from reviews.bulk import INLINE_LIMIT, REDRIVES, redrive_lost, run_job
 from reviews.models import BulkJob
 from reviews.queue import claim_item

@@ -14,9 +14,9 @@ import rq
 from django.contrib.auth.models import Group
 from django.db import connection
 
+from ledger.effects.states import Kind
 from ledger.models import Effect
-from ledger.roles import AUDITOR, OPERATOR, grant
-from ledger.states import Kind
+from ledger.policy.roles import AUDITOR, OPERATOR, grant
 from reviews.bulk import INLINE_LIMIT
 from reviews.models import BulkJob
 from tests.factories import in_review, signed_in

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ledger.reviewqueue import open_review
+from ledger.containment.reviewqueue import open_review
 from tests.conftest import PASSWORD
 from tests.factories import signed_in
 

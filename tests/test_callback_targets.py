@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from ledger.callbacktargets import CallbackRefused, allow_list, forbidden, parse, pick_address
+from ledger.api.callbacktargets import CallbackRefused, allow_list, forbidden, parse, pick_address
 from ledger.models import Alert, Effect
 from reviews import callbacks
 from reviews.alerts import send_due

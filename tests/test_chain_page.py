@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from ledger import seal
+from ledger.audit import seal
 from tests.factories import add_event, signed_in, tampering
 
 URL = "/audit/chain/"

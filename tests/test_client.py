@@ -23,9 +23,9 @@ from ledger_client import (
     OutcomeMissing,
 )
 
-from ledger.agentkeys import issue_key
 from ledger.models import Agent, Tool
 from ledger.models import Effect as EffectRow
+from ledger.policy.agentkeys import issue_key
 from tests.conftest import expire_lease
 from tests.factories import CHARGE
 

@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from ledger_client import ApprovalPending, Ledger
 
-from ledger.agentkeys import issue_key
 from ledger.models import Agent, Effect, Tool
+from ledger.policy.agentkeys import issue_key
 from reviews.decisions import Ask, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.agentkeys import issue_key
 from ledger.models import Agent
+from ledger.policy.agentkeys import issue_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

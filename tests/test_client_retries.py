@@ -12,9 +12,9 @@ import httpx
 import pytest
 from ledger_client import Ledger
 
-from ledger.agentkeys import issue_key
 from ledger.models import Agent, EffectEvent
 from ledger.models import Effect as EffectRow
+from ledger.policy.agentkeys import issue_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
-from ledger.agentkeys import agent_for_key
 from ledger.models import Tool
+from ledger.policy.agentkeys import agent_for_key
 
 
 def _run(*args: str, stdin: str | None = None, monkeypatch=None) -> str:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from ledger.containment.reviewqueue import open_review
 from ledger.errors import Refused, ValidationFailed
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
 from reviews.decisions import Ask, allowed_actions, decide
 from tests.conftest import events_of
 from tests.factories import lookup, signed_in

@@ -12,9 +12,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.transitions import record_event
 from ledger.models import EffectEvent, Reason, Tool
-from ledger.reviewqueue import open_review
-from ledger.transitions import record_event
 from tests.factories import add_event, signed_in, tampering
 
 RECORD = {

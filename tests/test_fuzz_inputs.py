@@ -22,7 +22,7 @@ from django.test import Client, override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import webhooks
+from ledger.api import webhooks
 from ledger.errors import LedgerError
 from ledger.models import Effect, EffectEvent, Run, StatementImport, StatementLine, Tool
 from ledger.statements.parse import COLUMNS, LineReader, Period, StatementError, rows

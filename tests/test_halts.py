@@ -14,13 +14,12 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, ProgrammingError, connection, connections, transaction
 from ledger_client import Halted, Ledger
 
-from ledger.agentkeys import SYSTEM_AGENT, ReservedAgent, issue_key
+from ledger.containment.halts import HALT_LOCK, halt, refusal_from_trigger, resume
+from ledger.effects.states import Kind
+from ledger.effects.transitions import claim, trigger_refusal
 from ledger.errors import Halted as HaltedError
-from ledger.halts import HALT_LOCK, refusal_from_trigger
-from ledger.killswitch import halt, resume
 from ledger.models import Agent, Alert, ApiKey, Effect, EffectEvent, Halt
-from ledger.states import Kind
-from ledger.transitions import claim, trigger_refusal
+from ledger.policy.agentkeys import SYSTEM_AGENT, ReservedAgent, issue_key
 from reconcilers.execution import execute_one, redrive_executions
 from tests.conftest import assert_error
 from tests.factories import signed_in
@@ -250,7 +249,8 @@ def test_the_triggers_refusal_reads_as_409_halted_with_the_halt(alice):
 
 
 def test_an_intent_with_its_claim_is_refused_by_the_insert_trigger(alice):
-    """The intent and its claim are one INSERT (ledger.hotpath): the halt is PostgreSQL's."""
+    """The intent and its claim are one INSERT (ledger.effects.hotpath): the halt is
+    PostgreSQL's."""
     halt_tool()
     response = alice.post(
         "/effects",

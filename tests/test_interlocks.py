@@ -70,7 +70,7 @@ def test_a_cancelled_upstream_cancels_its_planned_dependents(alice):
 
 
 def test_the_cascade_follows_planned_effects_only(alice):
-    from ledger.compensation import compensate
+    from ledger.effects.compensation import compensate
 
     a = alice.intent(step_id="a")
     alice.outcome(a["id"], alice.claim(a["id"])["lease_token"])

@@ -19,12 +19,13 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ledger import configversion, digests, keyuse
-from ledger.agentkeys import agent_for_key, issue_key, key_prefix
+from ledger.api.webhooks import sign
+from ledger.containment.reviewqueue import open_review
+from ledger.effects import digests
 from ledger.models import Agent, ApiKey, ConfigVersion, Effect, Reason, Run
-from ledger.reviewqueue import open_review
-from ledger.toolfile import ToolFileError, load
-from ledger.webhooks import sign
+from ledger.policy import configversion, keyuse
+from ledger.policy.agentkeys import agent_for_key, issue_key, key_prefix
+from ledger.policy.toolfile import ToolFileError, load
 from tests.conftest import ROOT, AgentClient, assert_error
 from tests.factories import signed_in
 

@@ -14,11 +14,11 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from ledger.limits import to_minor
+from ledger.containment.limits import to_minor
+from ledger.effects.states import Status
+from ledger.effects.transitions import transition
 from ledger.models import Agent, Alert, AmountCharge, Effect, LimitCounter, Tool
-from ledger.states import Status
-from ledger.toolfile import ToolFileError, load
-from ledger.transitions import transition
+from ledger.policy.toolfile import ToolFileError, load
 from reconcilers.reconcile import process_one
 from tests.conftest import assert_error
 from tests.factories import SETTLED, stored

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from ledger.limits import EXPONENTS, refusal_from_trigger, to_minor
+from ledger.containment.limits import EXPONENTS, refusal_from_trigger, to_minor
+from ledger.effects.states import Status
 from ledger.models import AmountCharge, Effect, LimitCounter, Tool
-from ledger.states import Status
 from tests.factories import stored
 from tests.test_limits import PATHS, charge
 

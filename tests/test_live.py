@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
 from reviews.decisions import Ask, decide
 from reviews.notes import add_note, release_item
 from reviews.queue import claim_item

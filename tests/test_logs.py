@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from django.test import Client
 
-from ledger.jsonlog import JsonFormatter
-from ledger.logcontext import ContextFilter, scope
+from ledger.observability.jsonlog import JsonFormatter
+from ledger.observability.logcontext import ContextFilter, scope
 from tests.conftest import PASSWORD
 from tests.logscan import find_secrets, known_secrets
 

@@ -28,8 +28,8 @@ import json
 import django
 django.setup()
 from django.db import connection
-from ledger import longpoll
-from ledger.notifications import CHANNEL
+from ledger.api import longpoll
+from ledger.api.notifications import CHANNEL
 waiters, listener = longpoll.process_waiters()
 listening = listener.listening.wait(10)
 ticket = waiters.admit("probe-effect", "probe-agent", 1, 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from ledger import longpoll
+from ledger.api import longpoll
 from tests.test_notifications import _poll
 
 

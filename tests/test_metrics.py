@@ -13,11 +13,11 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledger.metrics import summary
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.states import Status
+from ledger.effects.transitions import transition
 from ledger.models import Alert, Effect, Reason
-from ledger.reviewqueue import open_review
-from ledger.states import Status
-from ledger.transitions import transition
+from ledger.observability.metrics import summary
 from reconcilers.reconcile import process_one
 
 TOKEN = "metrics-token-for-tests-0123456789"

@@ -20,8 +20,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledger.agentkeys import issue_key
 from ledger.models import Agent
+from ledger.policy.agentkeys import issue_key
 from tests.factories import gunicorn_on_test_database
 from tests.logscan import find_secrets, known_secrets
 

@@ -4,7 +4,7 @@ Each test runs a payment flow through the API with card numbers in the request, 
 provenance, outcome, reason and callback fields where payment data ends up, then reads back
 every row of every table in the database as JSON text and looks for any Luhn-valid run of
 13–19 digits. The scanner is written here, independently of
-`ledger.redaction`, and is itself tested on a table we fill by hand.
+`ledger.audit.redaction`, and is itself tested on a table we fill by hand.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from ledger import webhooks
+from ledger.api import webhooks
 from ledger.models import Effect, EffectEvent
 
 VISA = "4111111111111111"

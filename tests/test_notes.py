@@ -7,8 +7,8 @@ import pytest
 from django.db import DatabaseError, transaction
 from django.test import Client
 
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
 from reviews.decisions import AlreadyDecided, Ask, decide
 from reviews.models import ReviewNote
 from reviews.notes import MAX_NOTE, keep_lost_decision

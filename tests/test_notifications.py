@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 from ledger_client import Ledger
 
-from ledger import longpoll
+from ledger.api import longpoll
 from ledger.models import Alert, Effect
 from reviews.alerts import CALLBACK_ATTEMPTS, send_due
 from tests.conftest import AgentClient, assert_error
@@ -258,7 +258,8 @@ def test_each_status_change_is_posted_signed_to_the_callback_url_through_the_out
 
 
 def test_an_intent_posted_with_its_claim_and_a_callback_gets_the_claims_callback(alice, callbacks):
-    """Without a callback an intent with its claim is one INSERT (ledger.hotpath); with one it
+    """Without a callback an intent with its claim is one INSERT (ledger.effects.hotpath); with one
+    it
     is recorded planned and then claimed, so that the claim, like any change, is posted."""
     effect = alice.intent(callback_url=callbacks.url, claim=True, owner="w")
     assert effect["status"] == "dispatching"

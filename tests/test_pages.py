@@ -11,11 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ledger import configversion
-from ledger.metrics import summary
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.transitions import record_event
 from ledger.models import Effect, EffectDependency, Reason, ReviewItem
-from ledger.reviewqueue import open_review
-from ledger.transitions import record_event
+from ledger.observability.metrics import summary
+from ledger.policy import configversion
 from reviews import queue as review_queue
 from tests.factories import signed_in
 

@@ -17,11 +17,11 @@ from django.db import connection
 from django.db.models import F
 from django.test import Client
 
-from ledger.exports import ExportFilter, _FormulaGuard, begin
+from ledger.api.webhooks import sign
+from ledger.audit.exports import ExportFilter, _FormulaGuard, begin
+from ledger.audit.redaction import scrub_cards
+from ledger.containment.reviewqueue import open_review
 from ledger.models import AuditExport, Effect, EffectDependency, EffectEvent, Reason, ReviewItem
-from ledger.redaction import scrub_cards
-from ledger.reviewqueue import open_review
-from ledger.webhooks import sign
 from reviews.decisions import COMPENSATE, CONFIRM, RETRY, Ask, decide
 
 SECRET = "test-webhook-secret-0123456789"

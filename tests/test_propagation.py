@@ -26,9 +26,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from config.stack import database_url, free_port, gunicorn_argv
-from ledger import agentkeys, configversion
-from ledger.agentkeys import issue_key
 from ledger.models import Agent
+from ledger.policy import agentkeys, configversion
+from ledger.policy.agentkeys import issue_key
 
 ROOT = Path(__file__).resolve().parent.parent
 WITHIN = 1.0  # seconds: the promise

@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger import configversion, tools
-from ledger.configversion import VersionedCache
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.policy import configversion, tools
+from ledger.policy.configversion import VersionedCache
 from reviews.queue import age
 from tests.factories import in_review, lookup_found, signed_in
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from ledger.recovery import database_now
+from ledger.effects.recovery import database_now
 from reconcilers.reconcile import process_next, process_one, take
 from tests.conftest import events_of, expire_lease
 from tests.factories import (
@@ -61,7 +61,8 @@ def on_last_attempt(alice, step_id: str = "step-1", **intent: Any) -> dict:
     return claimed
 
 
-# --- Tools without a lookup: the capability table in ledger.recovery -------------------------
+# --- Tools without a lookup: the capability table in ledger.effects.recovery
+# -------------------------
 
 
 def test_a_lost_read_only_effect_goes_back_to_planned_for_a_free_retry(alice):

@@ -1,5 +1,5 @@
 """The checker's set-based path: a batch's common answers written together by
-`ledger.transitions.transition_many`, each effect whole or not at all.
+`ledger.effects.transitions.transition_many`, each effect whole or not at all.
 
 Found-and-matching and settled not-found answers are one transition each; the batch writes
 them in one statement per kind of move, with their reconciliation events. These tests pin what
@@ -15,11 +15,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger import configversion
+from ledger.effects.states import Status
+from ledger.effects.transitions import Move, transition, transition_many
 from ledger.errors import InvalidTransition
 from ledger.models import AmountCharge, Effect, EffectEvent, Tool
-from ledger.states import Status
-from ledger.transitions import Move, transition, transition_many
+from ledger.policy import configversion
 from reconcilers.reconcile import ACTOR, check, process_many, take
 from tests import test_metrics
 from tests.conftest import events_of

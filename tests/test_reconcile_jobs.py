@@ -14,8 +14,8 @@ import rq
 from django.conf import settings as django_settings
 from django.db import connection, transaction
 
+from ledger.effects.wakeups import wake
 from ledger.models import Effect, EffectEvent
-from ledger.wakeups import wake
 from reconcilers.jobs import check_effects
 from reconcilers.reconcile import process_next
 from reconcilers.schedules import SCHEDULES, ensure_schedules, queue_expired_leases, sweep

@@ -1,4 +1,4 @@
-"""Sensitive values are tokenized before they are stored (DESIGN.md, "Audit and data protection").
+"""Sensitive values are tokenized before they are stored (docs/auditors.md#redaction).
 
 Card numbers (Luhn-valid runs of 13–19 digits, grouped or not, inside text or as JSON numbers),
 secret-named fields and per-tool paths become keyed tokens: equal values give equal tokens, the
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from ledger.audit.redaction import Redactor, scrub_cards
 from ledger.models import Effect
-from ledger.redaction import Redactor, scrub_cards
 
 VISA = "4111111111111111"
 MASTERCARD = "5555555555554444"
@@ -372,7 +372,7 @@ def test_amounts_equal_as_binary_floats_are_still_different_requests(alice):
 
 
 def test_a_digit_run_glued_to_letters_in_an_identifier_is_not_a_card():
-    from ledger.redaction import scrub_cards
+    from ledger.audit.redaction import scrub_cards
 
     # A provider's hex charge id can hold a Luhn-valid run of 16 digits.
     assert scrub_cards("ch_ab4111111111111111cd") == "ch_ab4111111111111111cd"

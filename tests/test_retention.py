@@ -14,11 +14,11 @@ from django.core.management import call_command
 from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
-from ledger import seal
-from ledger.events import record_event
+from ledger.audit import seal
+from ledger.audit.retention import REDACTED, redact_expired
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.events import record_event
 from ledger.models import Effect, EffectEvent, EventKind, Reason, Tool
-from ledger.retention import REDACTED, redact_expired
-from ledger.reviewqueue import open_review
 from tests.factories import signed_in, tampering
 
 MARKER = '{"redacted": true}'
@@ -354,7 +354,7 @@ def test_a_redacted_effect_reads_in_the_api_and_on_the_operator_page(payment, al
     assert response.status_code == 200, response.content
     body = response.json()
     assert (body["request"], body["response"]) == (REDACTED, REDACTED)
-    # The effect object's provenance has fixed fields (API.md): all of them empty now.
+    # The effect object's provenance has fixed fields (docs/api.md): all of them empty now.
     assert set(body["provenance"].values()) == {None}
     assert (body["target"], body["provider_ref"], body["status"]) == (
         "redacted",

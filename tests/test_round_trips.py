@@ -5,7 +5,7 @@ the server sends ends one round trip: a simple query, an extended-protocol Sync,
 COMMIT and SAVEPOINT each count. The database runs in autocommit here (transactional_db), as
 it does under gunicorn, so no test transaction hides a BEGIN or turns one into a SAVEPOINT.
 
-The budget (ledger.hotpath): intent with its claim, one write; outcome, one read and one
+The budget (ledger.effects.hotpath): intent with its claim, one write; outcome, one read and one
 write. Authentication reads the key at most every `agentkeys.RECHECK_SECONDS` per process:
 a call that finds its process's copy stale pays that one read on top, and is counted apart.
 """
@@ -22,8 +22,8 @@ import pytest
 from django.db import connection
 from psycopg import pq
 
-from ledger import configversion
 from ledger.models import Effect, EffectEvent, Tool
+from ledger.policy import configversion
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 

@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from ledger.effects.states import INCOMPLETE, Kind, Status
 from ledger.models import Effect, EffectDependency, Tool
-from ledger.states import INCOMPLETE, Kind, Status
 from reviews.decisions import RETRY, Ask, RetryUnsafe, decide
 
 NO_COMPENSATION = None

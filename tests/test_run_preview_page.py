@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason
-from ledger.reviewqueue import open_review
 from tests.conftest import expire_lease
 from tests.factories import signed_in
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from ledger.effects.recovery import database_now
 from ledger.models import StatementImport, Tool
-from ledger.recovery import database_now
 from reconcilers.sandbox.statements import micros
 from reconcilers.statement_fetch import (
     StatementFetchError,

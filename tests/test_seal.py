@@ -16,7 +16,7 @@ from datetime import UTC
 import pytest
 from django.db import connection, connections
 
-from ledger import seal
+from ledger.audit import seal
 from ledger.models import Effect, EffectEvent, EventSeal
 from reconcilers.schedules import SCHEDULES, ensure_schedules
 from tests.factories import add_event, tampering
@@ -260,10 +260,10 @@ def test_seal_all_works_through_a_backlog_in_batches_and_stops_at_its_bound(make
 def test_the_sealer_and_the_head_export_are_scheduled_and_kept_by_ensure_schedules(db):
     from django_q.models import Schedule
 
-    Schedule.objects.create(name="retired-seal", func="ledger.seal.retired", minutes=5)
+    Schedule.objects.create(name="retired-seal", func="ledger.audit.seal.retired", minutes=5)
     ensure_schedules()
 
-    assert SCHEDULES["seal-events"] == {"func": "ledger.seal.seal_all", "minutes": 1}
-    assert SCHEDULES["export-chain-head"]["func"] == "ledger.seal.export_head"
-    ours = Schedule.objects.filter(func__startswith="ledger.seal.")
+    assert SCHEDULES["seal-events"] == {"func": "ledger.audit.seal.seal_all", "minutes": 1}
+    assert SCHEDULES["export-chain-head"]["func"] == "ledger.audit.seal.export_head"
+    ours = Schedule.objects.filter(func__startswith="ledger.audit.seal.")
     assert set(ours.values_list("name", flat=True)) == {"seal-events", "export-chain-head"}

@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
-from ledger.roles import ADMIN, grant
+from ledger.policy.roles import ADMIN, grant
 from reviews.decisions import Ask, decide
 from reviews.queue import assign_item, claim_item
 from tests.conftest import PASSWORD

@@ -8,10 +8,10 @@ import re
 import pytest
 from django.db import DatabaseError, connection, transaction
 
+from ledger.effects.states import TRANSITIONS, Status
+from ledger.effects.transitions import transition
 from ledger.errors import InvalidTransition
 from ledger.models import Effect, EffectEvent
-from ledger.states import TRANSITIONS, Status
-from ledger.transitions import transition
 
 ALL_PAIRS = list(itertools.product(Status, Status))
 ALLOWED = sorted(TRANSITIONS)
@@ -75,7 +75,7 @@ def test_a_writer_holding_an_old_version_loses(make_effect):
     effect = make_effect("dispatching")
     stale_copy = Effect.objects.get(pk=effect.pk)
     transition(effect, Status.CONFIRMED, actor="first")
-    from ledger.transitions import Superseded
+    from ledger.effects.transitions import Superseded
 
     with pytest.raises(Superseded):
         transition(stale_copy, Status.FAILED, actor="second")

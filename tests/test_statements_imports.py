@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from django.core.management import CommandError, call_command
 
-from ledger import iso4217, limits
+from ledger.containment import iso4217, limits
 from ledger.errors import ValidationFailed
 from ledger.models import (
     Alert,

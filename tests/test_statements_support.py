@@ -12,8 +12,8 @@ from typing import Any
 from django.db import connection
 
 from ledger.models import Effect, StatementImport
+from ledger.policy.toolfile import load
 from ledger.statements import import_statement
-from ledger.toolfile import load
 
 TOOLS = """
 [tools.stmt_pay]

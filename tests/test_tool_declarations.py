@@ -1,4 +1,4 @@
-"""What loadtools refuses and accepts for proofs of absence and statements (ledger.toolfile,
+"""What loadtools refuses and accepts for proofs of absence and statements (ledger.policy.toolfile,
 with the adapters' own check from reconcilers.registry)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ledger.models import Tool
-from ledger.toolfile import ToolFileError, load
+from ledger.policy.toolfile import ToolFileError, load
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from ledger import seal
+from ledger.audit import seal
 from ledger.models import EffectEvent
 from tests.conftest import ROOT
 from tests.factories import add_event, tampering

@@ -7,8 +7,8 @@ import time
 
 from django.test import Client
 
+from ledger.api.webhooks import sign
 from ledger.models import Effect, Halt, ReviewItem
-from ledger.webhooks import sign
 
 SECRET = "test-webhook-secret-0123456789"
 

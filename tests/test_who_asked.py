@@ -11,10 +11,10 @@ from decimal import Decimal
 import pytest
 from django.db import ProgrammingError, connection, connections
 
-from ledger import configversion
-from ledger.killswitch import halt
+from ledger.containment.halts import halt
 from ledger.models import Effect, Tool
-from ledger.toolfile import ToolFileError, load
+from ledger.policy import configversion
+from ledger.policy.toolfile import ToolFileError, load
 from tests.conftest import assert_error
 from tests.factories import signed_in
 

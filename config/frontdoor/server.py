@@ -168,7 +168,8 @@ class FrontDoor:
 
 
 class _JsonLines(logging.Formatter):
-    """The shape of the application's JSON log lines (`ledger.jsonlog`), without loading it:
+    """The shape of the application's JSON log lines (`ledger.observability.jsonlog`), without
+    loading it:
     this process never imports Django."""
 
     def format(self, record: logging.LogRecord) -> str:

@@ -11,7 +11,7 @@ from ledger.models.effects import EffectEvent
 
 class EventSeal(models.Model):
     """One link of the tamper-evident chain over the event log: written in order by the sealer
-    (`ledger.seal`), never updated. Each hash covers the previous hash and the event's
+    (`ledger.audit.seal`), never updated. Each hash covers the previous hash and the event's
     canonical content (its payload digest, not the payload: redaction keeps the chain whole).
     """
 

@@ -13,7 +13,8 @@ class ConfigVersion(models.Model):
     """One row: the version of what every process remembers between requests (tools, API keys,
     agents' `is_active`). Triggers on those tables move it in the changing transaction, so
     raw SQL and other processes move it too; a process drops what it remembered once the
-    version it reads differs from the one its copies were read under (`ledger.configversion`).
+    version it reads differs from the one its copies were read under
+    (`ledger.policy.configversion`).
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
@@ -68,7 +69,8 @@ class Agent(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
     # Limits an admin sets (the admin, `manage.py agentlimits`); read by every claim of the
-    # agent's effects (`ledger.limits`). NULL / {}: no limit. Amounts as {"EUR": "500.00"}.
+    # agent's effects (`ledger.containment.limits`). NULL / {}: no limit. Amounts as {"EUR":
+    # "500.00"}.
     limit_claims_per_minute = models.PositiveIntegerField(null=True, blank=True)
     limit_amount_per_day = models.JSONField(default=dict, db_default={}, blank=True)
 
@@ -103,7 +105,7 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     # Refused from then on (`rotatekey --expire-old-after`); checked by the authenticating query.
     expires_at = models.DateTimeField(null=True, blank=True)
-    # At most once a minute, inside a write the call makes anyway (`ledger.keyuse`).
+    # At most once a minute, inside a write the call makes anyway (`ledger.policy.keyuse`).
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -158,28 +160,30 @@ class Tool(models.Model):
     resolve_within = models.DurationField(null=True, blank=True)
     # The provider's back-office window: how long its own record stays correctable (a void, a
     # refund), from the effect's creation. A review item is due when it closes, if that comes
-    # before `resolve_within` (`ledger.reviewqueue`).
+    # before `resolve_within` (`ledger.containment.reviewqueue`).
     backoffice_window = models.DurationField()
     retention = models.DurationField()
     # Field names exempt from the card-number scan (a 13-digit millisecond timestamp).
     card_scan_allow = models.JSONField(default=list, blank=True)
     # Dotted paths into the request/response that are always tokenized ("customer.ssn").
     redact_paths = models.JSONField(default=list, blank=True)
-    # Only a test tool may be named by a test agent (`ledger.intents.check_mode`).
+    # Only a test tool may be named by a test agent (`ledger.effects.intents.check_mode`).
     mode = models.CharField(
         max_length=4, choices=Mode.choices, default=Mode.LIVE, db_default=Mode.LIVE
     )
-    # Limits on claims of this tool's effects (`ledger.limits`): NULL / {}: none. Amounts per
+    # Limits on claims of this tool's effects (`ledger.containment.limits`): NULL / {}: none.
+    # Amounts per
     # currency as exact decimal strings ({"EUR": "500.00"}); they need the two paths below.
     limit_claims_per_minute = models.PositiveIntegerField(null=True, blank=True)
     limit_amount_per_day = models.JSONField(default=dict, db_default={}, blank=True)
     # Dotted paths into the request where its amount and currency are ("payment.amount").
     amount_path = models.CharField(max_length=200, blank=True, db_default="")
     currency_path = models.CharField(max_length=200, blank=True, db_default="")
-    # Four-eyes (`ledger.approvals`): an intent whose amount is above this (major units, exact)
+    # Four-eyes (`ledger.containment.four_eyes`): an intent whose amount is above this (major
+    # units, exact)
     # waits in awaiting_approval for a second operator. NULL: never.
     approve_above = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
-    # The provider's own record (`ledger.absence`, `ledger.statements`).
+    # The provider's own record (`ledger.provider.lookup_absence`, `ledger.statements`).
     # The longest one provider call may take: no call starts on a lease with less left.
     call_timeout = models.DurationField(null=True, blank=True)
     # How long after a request the provider's search may still not show it.
@@ -211,7 +215,7 @@ class Tool(models.Model):
         blank=True,
         db_default="",
     )
-    # A duplicate found at the provider halts the tool (`ledger.halts`).
+    # A duplicate found at the provider halts the tool (`ledger.containment.halts`).
     halt_on_duplicate = models.BooleanField(default=False, db_default=False)
     updated_at = models.DateTimeField(auto_now=True)
 

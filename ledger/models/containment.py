@@ -20,13 +20,14 @@ class AlertKind(models.TextChoices):
     LIMIT_EXCEEDED = "limit_exceeded", "Limit exceeded"
     # A statement line no effect intended (ledger.statements): a possible unauthorized charge.
     INCIDENT_OPENED = "incident_opened", "Incident opened"
-    # An agent's callback (ledger.notifications): posted to the effect's callback_url only.
+    # An agent's callback (ledger.api.notifications): posted to the effect's callback_url only.
     CALLBACK = "callback", "Effect status changed (agent callback)"
 
 
 class Alert(models.Model):
     """The alert outbox: one row per thing to tell people, written in the transaction (or by
-    the sweep) that saw it and sent later by one sender (`ledger.outbox`, `reviews.alerts`).
+    the sweep) that saw it and sent later by one sender (`ledger.containment.outbox`,
+    `reviews.alerts`).
     Its id is the email's Message-ID and the webhook's Idempotency-Key."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -50,7 +51,8 @@ class Alert(models.Model):
             models.UniqueConstraint(fields=["kind", "key"], name="alert_once_uniq"),
         ]
         indexes = [
-            # The sender's queue (ledger.outbox.lease): unsent alerts by when they may go.
+            # The sender's queue (ledger.containment.outbox.lease): unsent alerts by when they may
+            # go.
             models.Index(
                 fields=["leased_until", "created_at"],
                 name="alert_unsent_idx",
@@ -70,7 +72,8 @@ class HaltScope(models.TextChoices):
 
 
 class Halt(models.Model):
-    """A kill switch: no claim of an effect it covers commits while it is active (`ledger.halts`;
+    """A kill switch: no claim of an effect it covers commits while it is active
+    (`ledger.containment.halts`;
     the claim trigger of migration 0008 enforces it in PostgreSQL, for old processes too)."""
 
     scope = models.CharField(max_length=8, choices=HaltScope.choices)
@@ -102,10 +105,10 @@ class Halt(models.Model):
 
 class LimitCounter(models.Model):
     """Claims counted against a per-minute limit: one row per (scope, period), where scope is
-    "tool:<name>" or "agent:<id>" and period the calendar minute. `ledger.limits` raises
+    "tool:<name>" or "agent:<id>" and period the calendar minute. `ledger.containment.limits` raises
     `used` with a conditional UPDATE in the claim's own transaction, so only claims under the
     same limit wait for each other. Also the row whose lock orders amount charges per
-    (scope, currency): period "24h" (see `ledger.limits`)."""
+    (scope, currency): period "24h" (see `ledger.containment.limits`)."""
 
     scope = models.CharField(max_length=120)
     period = models.CharField(max_length=32)
@@ -126,7 +129,8 @@ class LimitCounter(models.Model):
 
 class AmountCharge(models.Model):
     """An effect's amount, counted once against one amount limit until it is released on proof
-    of non-receipt (the row is deleted then). `ledger.limits` sums the rows of the last 24 h."""
+    of non-receipt (the row is deleted then). `ledger.containment.limits` sums the rows of the last
+    24 h."""
 
     # No index of its own: the unique (effect, scope) below leads with it.
     effect = models.ForeignKey(
@@ -144,7 +148,7 @@ class AmountCharge(models.Model):
             models.UniqueConstraint(fields=["effect", "scope"], name="amountcharge_once_uniq"),
         ]
         indexes = [
-            # The rolling sum in ledger.limits: one limit's charges of the last 24 h.
+            # The rolling sum in ledger.containment.limits: one limit's charges of the last 24 h.
             models.Index(
                 fields=["scope", "currency", "charged_at"], name="amountcharge_window_idx"
             ),
@@ -156,7 +160,7 @@ class AmountCharge(models.Model):
 
 class RetryProposal(models.Model):
     """An operator's retry of an effect whose only ground is their own word that the provider
-    never received it (`ledger.recovery.VERIFIED_ABSENT`): a second operator must confirm it
+    never received it (`ledger.effects.recovery.VERIFIED_ABSENT`): a second operator must confirm it
     before the effect leaves `unknown`, or reject it (`reviews.decisions`)."""
 
     effect = models.ForeignKey("ledger.Effect", on_delete=models.PROTECT, related_name="+")

@@ -9,9 +9,9 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from ledger.effects.states import INCOMPLETE, TERMINAL, TRANSITIONS, Kind, Status
 from ledger.jsonenc import ExactJSONDecoder, ExactJSONEncoder
 from ledger.models.config import Agent
-from ledger.states import INCOMPLETE, TERMINAL, TRANSITIONS, Kind, Status
 
 _incomplete = Q(status__in=sorted(INCOMPLETE))
 
@@ -26,7 +26,7 @@ class Run(models.Model):
 
     class Meta:
         constraints = [
-            # The seq upsert in ledger.intents (INSERT … ON CONFLICT) targets this index.
+            # The seq upsert in ledger.effects.intents (INSERT … ON CONFLICT) targets this index.
             models.UniqueConstraint(fields=["agent", "run_id"], name="run_agent_run_uniq"),
         ]
 
@@ -44,7 +44,7 @@ class RequestedBy(models.TextChoices):
 class Effect(models.Model):
     """One external side effect, recorded before it is dispatched.
 
-    `status` is written only by `ledger.transitions`; the FSM trigger backs that up.
+    `status` is written only by `ledger.effects.transitions`; the FSM trigger backs that up.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -124,13 +124,14 @@ class Effect(models.Model):
     amount_minor = models.BigIntegerField(null=True, blank=True)
     currency = models.CharField(max_length=3, blank=True, db_default="")
     # An effect retried on a proof of absence gets one more lookup this long after it next
-    # resolves (`ledger.absence`): a first request that landed late shows up as a duplicate.
+    # resolves (`ledger.provider.lookup_absence`): a first request that landed late shows up as a
+    # duplicate.
     tail_check_at = models.DateTimeField(null=True, blank=True)
-    # Set by an admin: retention keeps this effect's payloads (`ledger.retention`).
+    # Set by an admin: retention keeps this effect's payloads (`ledger.audit.retention`).
     legal_hold = models.BooleanField(default=False, db_default=False)
     # Who asked for it. Only the operator's compensations are exempt from agent, run and `all`
     # halts, and agents may not cancel, claim or report on what an operator decided
-    # (`ledger.compensation`, `ledger/sql/halts.sql`, `ledger/sql/compensations.sql`).
+    # (`ledger.effects.compensation`, `ledger/sql/halts.sql`, `ledger/sql/compensations.sql`).
     requested_by = models.CharField(
         max_length=8,
         choices=RequestedBy.choices,
@@ -185,13 +186,13 @@ class Effect(models.Model):
                 name="effect_planned_comp_idx",
                 condition=Q(kind=Kind.COMPENSATION, status=Status.PLANNED),
             ),
-            # The tail checks (`ledger.absence`): effects due for one more lookup.
+            # The tail checks (`ledger.provider.lookup_absence`): effects due for one more lookup.
             models.Index(
                 fields=["tail_check_at"],
                 name="effect_tail_check_idx",
                 condition=Q(tail_check_at__isnull=False),
             ),
-            # Retention (ledger.retention): terminal effects not yet redacted, the longest
+            # Retention (ledger.audit.retention): terminal effects not yet redacted, the longest
             # resolved first (built concurrently, 0021).
             models.Index(
                 fields=["resolved_at", "id"],
@@ -259,10 +260,11 @@ class EventKind(models.TextChoices):
     DECISION = "decision"
     # A statement line matched to the effect, and what it led to (`ledger.statements`).
     STATEMENT = "statement"
-    # Retention redacted the effect's payloads (`ledger.retention`): the one event after which
+    # Retention redacted the effect's payloads (`ledger.audit.retention`): the one event after which
     # the append-only trigger lets the effect's earlier events' data become {"redacted": true}.
     RETENTION_PURGE = "retention_purge"
-    # A machine settled the effect and closed its open review item (`ledger.reviewqueue`).
+    # A machine settled the effect and closed its open review item
+    # (`ledger.containment.reviewqueue`).
     REVIEW_CLOSED = "review_closed"
 
 
@@ -298,11 +300,11 @@ class EffectEvent(models.Model):
             models.Index(fields=["created_at", "id"], name="event_created_idx"),
         ]
         triggers = [
-            # Append-only, but for one change: retention (`ledger.retention`) may replace an
+            # Append-only, but for one change: retention (`ledger.audit.retention`) may replace an
             # event's data with {"redacted": true}, every other column (the digest too) as it
             # was, once a retention_purge event of the same effect was appended after it. The
             # seals cover the digest, not the data, so `verifyledger` still holds; it accepts
-            # the marker on this same condition (`ledger.seal`). Migration 0020 installs it.
+            # the marker on this same condition (`ledger.audit.seal`). Migration 0020 installs it.
             pgtrigger.Trigger(
                 name="event_append_only",
                 when=pgtrigger.Before,

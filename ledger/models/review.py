@@ -94,12 +94,13 @@ class ReviewItem(models.Model):
         related_name="+",
     )
     resolution = models.CharField(max_length=2000, blank=True)
-    # The decision effect that resolved it (ledger.decisions).
+    # The decision effect that resolved it (ledger.effects.decision_records).
     decision = models.ForeignKey(
         "ledger.Effect", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     # Copies of the effect's tool, agent, run and creation time, written by the statement that
-    # opens the item (ledger.reviewqueue): none of them ever changes on an effect, and with them
+    # opens the item (ledger.containment.reviewqueue): none of them ever changes on an effect, and
+    # with them
     # the queue filters, sorts and pages on this table alone, through the partial indexes
     # below, instead of joining a million effects first. NULL only on an item opened by
     # something other than that statement (migration 0016 filled in those that existed before

@@ -1,4 +1,4 @@
--- What an agent may compensate (`ledger.compensation`): enforced on every insert of an
+-- What an agent may compensate (`ledger.effects.compensation`): enforced on every insert of an
 -- agent's compensation, whichever process writes it.
 --
 -- * The parent is the agent's own, and an agent's effect, not one an operator decided.

@@ -1,4 +1,4 @@
--- Halts (`ledger.halts`, `ledger.killswitch`): the one coverage rule, and the trigger that
+-- Halts (`ledger.containment.halts`, `ledger.containment.killswitch`): the one coverage rule, and the trigger that
 -- applies it to every claim, whichever process makes it.
 --
 -- A tool halt stops every effect of its tool. Agent, run and `all` halts stop actions, and the
@@ -26,7 +26,7 @@ CREATE OR REPLACE FUNCTION ledger_covering_halt(
 $$;
 
 -- The same after taking the halts' advisory lock SHARED (1751215220 is "halt" in ASCII,
--- `ledger.halts.HALT_LOCK`). `halt()` takes it EXCLUSIVELY before inserting, so once it has
+-- `ledger.containment.halts.HALT_LOCK`). `halt()` takes it EXCLUSIVELY before inserting, so once it has
 -- returned no claim it covers can commit. The check is a statement of its own after the lock
 -- is granted: under READ COMMITTED it sees a halt committed while the claim waited.
 CREATE OR REPLACE FUNCTION ledger_halt_for_claim(

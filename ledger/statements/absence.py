@@ -10,7 +10,7 @@ inside the union of the tool's final statements' periods, no current line of any
 names it, and it has no evidence of receipt. Only `unknown` effects, and `dispatching` ones
 whose lease has run out, are moved: to `planned` (reason `never_received`) while attempts
 remain, else to `failed` (`never_sent`). Both release the effect's amount from the limits
-and close review items that asked what happened (`ledger.transitions`).
+and close review items that asked what happened (`ledger.effects.transitions`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from ledger.events import event_values
+from ledger.effects.events import event_values
+from ledger.effects.states import Status
+from ledger.effects.transitions import Move, SqlExpr, transition_many
 from ledger.models import Effect, EventKind, StatementImport, StatementLine, Tool
 from ledger.statements.apply import (
     _EFFECTS,
@@ -34,8 +36,6 @@ from ledger.statements.apply import (
     receipt_sql,
     skew_of,
 )
-from ledger.states import Status
-from ledger.transitions import Move, SqlExpr, transition_many
 
 _IMPORTS = StatementImport._meta.db_table
 _LINES = StatementLine._meta.db_table
@@ -110,7 +110,8 @@ def _params(made: StatementImport, tool: Tool) -> dict[str, Any]:
         "after": made.cursor or FIRST_UUID,
         "limit": BATCH,
         "skew": skew_of(tool),
-        # As the lookups' proofs do (`ledger.absence`): the default where none is declared.
+        # As the lookups' proofs do (`ledger.provider.lookup_absence`): the default where none is
+        # declared.
         "settle": tool.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER),
     }
 

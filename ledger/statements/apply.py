@@ -7,7 +7,7 @@ the row's `phase`, `cursor` and counts, so that a crash loses at most the batch 
 1. `lines`: the effects the import's lines name, at most `BATCH` lines' worth at a time in
    effect id order. Each effect is read with all its current lines (from every statement)
    and decided by `ledger.statements.decide`; the moves go through
-   `ledger.transitions.transition_many` (one statement per shape), with the statement event
+   `ledger.effects.transitions.transition_many` (one statement per shape), with the statement event
    ahead of each transition.
 2. `removals`: lines this import's revision removed; their effects get a
    `statement_line_removed` review item and a statement event.
@@ -27,8 +27,10 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from ledger.duplicates import report_duplicate
-from ledger.events import event_values, record_event
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.events import event_values, record_event
+from ledger.effects.states import Status
+from ledger.effects.transitions import Move, transition_many
 from ledger.models import (
     Effect,
     EffectEvent,
@@ -39,11 +41,9 @@ from ledger.models import (
     Tool,
 )
 from ledger.models.statements import Phase
-from ledger.reviewqueue import open_review
+from ledger.provider.duplicates import report_duplicate
 from ledger.statements import decide as verdicts
 from ledger.statements.decide import EffectFact, LineFact, Verdict
-from ledger.states import Status
-from ledger.transitions import Move, transition_many
 
 ACTOR = "system:statements"
 # Lines (lines phase), removed lines or candidate effects (later phases) per transaction.

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ledger.effects.states import Kind, Status
 from ledger.models import LineStatus, LineType
-from ledger.states import Kind, Status
 
 CONFIRM, FAIL, DUPLICATE = "confirm", "fail", "duplicate"
 AMOUNT_MISMATCH, CONTRADICTS, HELD, AGREES = "amount_mismatch", "contradicts", "held", "agrees"

@@ -6,7 +6,8 @@ at or before this statement's end and ends after it): until then the line may st
 revised away, and an effect may still be on its way. Each orphan opens one `Incident` (high
 severity for a successful line, normal for a pending one), due within the tool's
 `resolve_within` or LEDGER_RESOLVE_WITHIN, or sooner when the provider's back-office window,
-counted from the line's time, closes first (`ledger.reviewqueue.due_sql`). A person closes it
+counted from the line's time, closes first (`ledger.containment.reviewqueue.due_sql`). A person
+closes it
 with `acknowledge_incident`, recorded as a decision effect under the reserved system agent (run
 `incidents`, target "incident:<id>"), like a halt.
 """
@@ -19,9 +20,11 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Now
 
-from ledger.decisions import record_standalone_decision
+from ledger.audit.redaction import scrub_cards
+from ledger.containment.halts import system_agent
+from ledger.containment.reviewqueue import due_sql
+from ledger.effects.decision_records import record_standalone_decision
 from ledger.errors import NotFound, Refused, ValidationFailed
-from ledger.killswitch import system_agent
 from ledger.models import (
     Alert,
     AlertKind,
@@ -34,8 +37,6 @@ from ledger.models import (
     StatementLine,
     Tool,
 )
-from ledger.redaction import scrub_cards
-from ledger.reviewqueue import due_sql
 from ledger.statements.apply import Progress
 
 DECISIONS_RUN = "incidents"
@@ -79,7 +80,8 @@ def orphans_phase(made: StatementImport, tool: Tool) -> Progress:
             ), marked AS (
                 UPDATE {_LINES} l SET outcome = 'orphan' FROM opened WHERE l.id = opened.line_id
             ), alerted AS (
-                -- People hear of each at once, through the alert outbox (ledger.outbox).
+                -- People hear of each at once, through the alert outbox
+                (ledger.containment.outbox).
                 INSERT INTO {_ALERTS} (id, kind, key, payload, created_at, attempts, delivered,
                                        last_error)
                 SELECT gen_random_uuid(), %(alert)s, 'incident:' || opened.id,

@@ -10,7 +10,7 @@ as they are. `amount` is in the tool's `amount_unit`: major ("12.50" EUR → 125
 rounded. `occurred_at` is ISO 8601 with a UTC offset and must lie in the statement's period.
 
 Any fault refuses the whole file with a `StatementError` naming the line and the column; it
-quotes at most a few dozen characters of the value (`ledger.redaction.excerpt`), so that a
+quotes at most a few dozen characters of the value (`ledger.audit.redaction.excerpt`), so that a
 refused file of any size gets a short answer. JSON Lines are read with `ledger.jsonenc`: depth
 bounded, and numbers refused by their size before anything converts or formats them.
 
@@ -32,9 +32,9 @@ from decimal import Decimal
 from typing import IO, Any
 
 from ledger import jsonenc
-from ledger.iso4217 import EXPONENTS
+from ledger.audit.redaction import excerpt, scrub_cards
+from ledger.containment.iso4217 import EXPONENTS
 from ledger.models import LineStatus, LineType, Tool
-from ledger.redaction import excerpt, scrub_cards
 
 COLUMNS = ("provider_ref", "reference", "amount", "currency", "status", "occurred_at")
 OPTIONAL = ("type",)

@@ -22,8 +22,8 @@ from typing import IO, Any
 
 from django.db import connection, transaction
 
+from ledger.audit.redaction import excerpt, scrub_cards
 from ledger.models import LineType, StatementImport, StatementLine, Tool
-from ledger.redaction import excerpt, scrub_cards
 from ledger.statements.parse import (
     STAGE_COLUMNS,
     HashingReader,

@@ -56,9 +56,9 @@ from config.stack import (
     manage,
     manage_argv,
 )
+from ledger.effects.states import Kind, Status, sql_list
 from ledger.models import Effect, EffectEvent, ReviewItem
 from ledger.statements.apply import ACTOR as STATEMENTS
-from ledger.states import Kind, Status, sql_list
 from reconcilers.crashtest.report import Verdict, compare
 from reconcilers.crashtest.worker import LEASE_SECONDS, WORKER_POINTS
 from reconcilers.harness import (

@@ -64,7 +64,7 @@ class Worker:
             for url in ledgers[first:] + ledgers[:first]
         ]
         # No call outlasts the tool's call_timeout: a complete lookup's proof of absence counts
-        # on it (`ledger.absence`).
+        # on it (`ledger.provider.lookup_absence`).
         self.provider = httpx.Client(
             base_url=plan["provider"], timeout=plan["provider_timeout"], trust_env=False
         )

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import psycopg
 
+from ledger.effects.states import Status
 from ledger.models import Effect
-from ledger.states import Status
 from reconcilers.drills.load import HANG_LIMIT, Api, Call, Intent
 
 POLL = 0.25

@@ -2,7 +2,7 @@
 
 The signature is the one the ledger checks (`X-Ledger-Signature: t=<unix>,v1=<hex>`, the hex
 being HMAC-SHA256(secret, "<t>." + raw body)). It is written out here rather than imported
-from `ledger.webhooks` on purpose: the provider is the outside world and must not share code
+from `ledger.api.webhooks` on purpose: the provider is the outside world and must not share code
 (or a bug) with the service it calls.
 
 Like a real provider, delivery is at least once: a delivery row is written in the same

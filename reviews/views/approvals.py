@@ -18,9 +18,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger.iso4217 import major_units
+from ledger.containment.iso4217 import major_units
+from ledger.effects.states import Status
 from ledger.models import Effect, EffectEvent, EventKind, RetryProposal
-from ledger.states import Status
 from reviews.access import reader
 
 # More than this many waiting is an incident of its own; the page says how many it leaves out.

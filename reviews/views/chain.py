@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger import seal
+from ledger.audit import seal
 from reviews.access import reader
 
 

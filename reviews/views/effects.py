@@ -13,8 +13,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import jsonenc
+from ledger.containment.limits import value_at
+from ledger.effects.states import Kind
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.limits import value_at
 from ledger.models import (
     Effect,
     EffectDependency,
@@ -24,8 +25,7 @@ from ledger.models import (
     ReviewItem,
     StatementLine,
 )
-from ledger.states import Kind
-from ledger.tools import policy_for
+from ledger.policy.tools import policy_for
 from reconcilers.execution import can_execute
 from reviews import notes
 from reviews.access import actor, reader

@@ -1,4 +1,4 @@
-"""Auditor exports: the filter page and the streamed downloads (`ledger.exports`)."""
+"""Auditor exports: the filter page and the streamed downloads (`ledger.audit.exports`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from ledger import exports as ledger_exports
+from ledger.audit import exports as ledger_exports
 from reviews.access import reader
 
 DATASET_LABELS = {"effects": "Effects", "events": "Events", "decisions": "Decisions"}

@@ -8,9 +8,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from ledger.containment.halts import active_halts, described, halt, resume
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.halts import active_halts, described
-from ledger.killswitch import halt, resume
 from ledger.models import Halt, HaltScope
 from reviews.access import actor, can_act, reader
 

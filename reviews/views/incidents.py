@@ -10,8 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from ledger.containment.iso4217 import major_units
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.iso4217 import major_units
 from ledger.models import Incident
 from ledger.statements import acknowledge_incident, incident_queue
 from reviews.access import actor, can_act, reader

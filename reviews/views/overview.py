@@ -1,10 +1,11 @@
 """The overview: where the ledger stands, refreshed in place every few seconds.
 
 Its counts (effects by status and tool, open review items by age) come from the summary that
-/metrics reads too (`ledger.summary`), re-read every LEDGER_METRICS_REFRESH seconds by a thread
-of the process while someone looks: a poll never counts a million effects. What it names (the
-oldest unresolved effect and the recent activity) is read live, each through an index that
-finds the few rows shown; the blocked branches come with the summary.
+/metrics reads too (`ledger.observability.summary`), re-read every LEDGER_METRICS_REFRESH
+seconds by a thread of the process while someone looks: a poll never counts a million
+effects. What it names (the oldest unresolved effect and the recent activity) is read live,
+each through an index that finds the few rows shown; the blocked branches come with the
+summary.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger.metrics import summary
+from ledger.effects.states import INCOMPLETE, Kind, Status
 from ledger.models import Effect, EffectEvent, EventKind, Incident, Mode
-from ledger.states import INCOMPLETE, Kind, Status
-from ledger.summary import REVIEW_AGE_HOURS, Summary
+from ledger.observability.metrics import summary
+from ledger.observability.summary import REVIEW_AGE_HOURS, Summary
 from reviews.access import reader
 
 # Labels of the summary's age buckets of open review items (REVIEW_AGE_HOURS).

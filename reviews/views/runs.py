@@ -1,7 +1,7 @@
 """What recovery will do for a run: the API's dry run, as a page.
 
 `/runs/?run=<run_id>&agent=<name>` answers what the agent's `POST /recovery` with `dry_run`
-would answer for the run, by calling the same function (`ledger.recovery.recover`, with
+would answer for the run, by calling the same function (`ledger.effects.recovery.recover`, with
 `dry_run=True`): nothing is moved, queued or opened. Without an agent, the run's own agents are
 looked up (`Run`): one is taken, several are offered. Read-only for every reader role.
 """
@@ -18,9 +18,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger.interlocks import Upstream, upstreams_of
-from ledger.models import Agent, Effect, Reason, Run
-from ledger.recovery import (
+from ledger.effects.interlocks import Upstream, upstreams_of
+from ledger.effects.recovery import (
     HONOURS_KEY,
     NOT_FOUND,
     OPERATOR_DECIDED,
@@ -33,7 +32,8 @@ from ledger.recovery import (
     Planned,
     recover,
 )
-from ledger.states import Kind
+from ledger.effects.states import Kind
+from ledger.models import Agent, Effect, Reason, Run
 from reconcilers.execution import can_execute
 from reviews.access import reader
 from reviews.preview import money_of
@@ -59,7 +59,7 @@ COUNTED = {
     REVIEW: "left for review",
     WAIT: "waiting",
 }
-# Why an effect waits, and for whom (the reasons `ledger.recovery.plan_for` gives).
+# Why an effect waits, and for whom (the reasons `ledger.effects.recovery.plan_for` gives).
 WAITS_FOR = {
     "halted": "a halt to be lifted",
     "blocked": "an upstream effect to be confirmed",
@@ -70,7 +70,7 @@ WAITS_FOR = {
 }
 
 
-# Why, for each reason `ledger.recovery.plan_for` gives (a review's reason is its item's).
+# Why, for each reason `ledger.effects.recovery.plan_for` gives (a review's reason is its item's).
 WHY = {
     **dict(Reason.choices),
     "planned": "not sent yet, free to be claimed",

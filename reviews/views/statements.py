@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.iso4217 import major_units
+from ledger.containment.iso4217 import major_units
 from ledger.models import StatementImport
 from ledger.models.statements import Origin
 from ledger.statements import StatementError, import_statement

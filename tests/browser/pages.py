@@ -10,10 +10,10 @@ from decimal import Decimal
 
 from playwright.sync_api import Page, Request, Response
 
-from ledger.killswitch import halt, resume
+from ledger.containment.halts import halt, resume
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.states import Kind, Status
 from ledger.models import Alert, AlertKind, Effect, Reason, Tool
-from ledger.reviewqueue import open_review
-from ledger.states import Kind, Status
 
 # An item opened for each of these reasons, on an effect in a status it is opened for.
 REVIEWED = [

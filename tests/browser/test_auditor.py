@@ -15,10 +15,10 @@ import pytest
 from django.db import connection
 from playwright.sync_api import expect
 
-from ledger import seal
+from ledger.audit import seal
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.transitions import record_event
 from ledger.models import AuditExport, Effect, EffectEvent, Reason, ReviewItem
-from ledger.reviewqueue import open_review
-from ledger.transitions import record_event
 from tests.browser.conftest import nav
 from tests.conftest import ROOT
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from ledger.effects.states import Kind
 from ledger.models import Effect, Halt
-from ledger.states import Kind
 from tests.browser.conftest import nav
 from tests.conftest import assert_error
 

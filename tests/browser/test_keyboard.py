@@ -9,8 +9,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason
-from ledger.reviewqueue import open_review
 from tests.browser.conftest import path_of
 
 pytestmark = pytest.mark.browser

@@ -8,9 +8,9 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
-from ledger.states import Kind
 from tests.browser.conftest import (
     SCREENSHOTS,
     fill_decision,

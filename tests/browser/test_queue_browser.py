@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import Page, expect
 
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
 from reviews.queue import claim_item
 from tests.factories import lookup_found
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import ConsoleMessage, Page, expect
 
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, ReviewItem
-from ledger.reviewqueue import open_review
-from ledger.states import Kind
 from tests.factories import lookup
 
 pytestmark = pytest.mark.browser

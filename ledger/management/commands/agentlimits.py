@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.limits import amount_limits
+from ledger.containment.limits import amount_limits
 from ledger.models import Agent
 
 

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from ledger.roles import ROLES, grant
+from ledger.policy.roles import ROLES, grant
 
 
 class Command(BaseCommand):

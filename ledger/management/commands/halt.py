@@ -5,9 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ledger.containment.halts import active_halts, described, halt
 from ledger.errors import LedgerError
-from ledger.halts import active_halts, described
-from ledger.killswitch import halt
 
 
 def add_subject(parser: CommandParser) -> None:

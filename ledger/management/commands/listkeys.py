@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.agentkeys import keys_of
 from ledger.models import Agent
+from ledger.policy.agentkeys import keys_of
 
 _COLUMNS = ("prefix", "label", "created", "last used", "expires", "revoked")
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.toolfile import ToolFileError, load
+from ledger.policy.toolfile import ToolFileError, load
 
 
 class Command(BaseCommand):

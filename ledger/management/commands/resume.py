@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ledger.containment.halts import active, resume
 from ledger.errors import LedgerError
-from ledger.killswitch import active, resume
 from ledger.management.commands.halt import add_subject, shell_user, subject_of
 
 

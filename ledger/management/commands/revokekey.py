@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.agentkeys import key_prefix, revoke
+from ledger.policy.agentkeys import key_prefix, revoke
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.seal import load_heads, seal_all, verify
+from ledger.audit.seal import load_heads, seal_all, verify
 
 
 class Command(BaseCommand):

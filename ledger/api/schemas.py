@@ -1,0 +1,233 @@
+"""Wire formats of the agent API (docs/api.md). Inputs forbid unknown fields."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from ninja import Schema
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
+
+from ledger.api.notifications import allowed_callback_url
+from ledger.audit.redaction import scrub_cards
+from ledger.effects.states import Kind, Status
+
+
+def _no_card(value: str) -> str:
+    """Identifiers are stored, shown and matched as given, so one holding a card number is
+    refused rather than tokenized (a tokenized key would no longer be the caller's key)."""
+    if scrub_cards(value) != value:
+        raise ValueError("must not contain a card number")
+    return value
+
+
+Id = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_card)]
+ToolName = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_no_card)]
+# Worker labels chosen by agents are stored and shown; a card number in one is tokenized, the
+# same way every time, so filtering by the label still matches.
+Label = Annotated[str, Field(max_length=200), AfterValidator(scrub_cards)]
+ClaimId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(scrub_cards)]
+Reason = Annotated[str, Field(max_length=2000)]
+
+
+def _whole_number(value: Any) -> Any:
+    """30.0 is the integer 30 in JSON; "30" and true are not numbers at all."""
+    whole = (
+        isinstance(value, (Decimal, float))
+        and math.isfinite(value)
+        and value == value.to_integral_value()
+        if isinstance(value, Decimal)
+        else isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    )
+    return int(value) if whole else value
+
+
+# Strict: "30" or true must not become a lease, "yes" must not become a claim.
+LeaseSeconds = Annotated[StrictInt, BeforeValidator(_whole_number), Field(ge=1, le=3600)]
+JsonObject = dict[str, Any]
+
+
+class Input(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProvenanceIn(Input):
+    model: Annotated[str, Field(max_length=200)] | None = None
+    prompt_hash: Annotated[str, Field(max_length=200)] | None = None
+    tool_schema_version: Annotated[str, Field(max_length=100)] | None = None
+    model_output: Any = None
+    policy: Any = None
+
+
+class IntentIn(Input):
+    run_id: Id
+    step_id: Id
+    tool: ToolName
+    target: Annotated[str, Field(min_length=1, max_length=500)]
+    request: JsonObject
+    effect_key: (
+        Annotated[str, Field(min_length=1, max_length=400), AfterValidator(_no_card)] | None
+    ) = None
+    depends_on: Annotated[list[uuid.UUID], Field(max_length=100)] = []
+    provenance: ProvenanceIn | None = None
+    claim: StrictBool = False
+    owner: Label = ""
+    claim_id: ClaimId | None = None
+    lease_seconds: LeaseSeconds | None = None
+    # Signed notification of each status change (ledger.api.notifications), allow-listed hosts only.
+    callback_url: (
+        Annotated[
+            str,
+            Field(min_length=1, max_length=2000),
+            AfterValidator(_no_card),
+            AfterValidator(allowed_callback_url),
+        ]
+        | None
+    ) = None
+
+
+class ClaimIn(Input):
+    owner: Label = ""
+    claim_id: ClaimId | None = None
+    lease_seconds: LeaseSeconds | None = None
+
+
+class HeartbeatIn(Input):
+    lease_token: Annotated[str, Field(min_length=1, max_length=64)]
+    lease_seconds: LeaseSeconds | None = None
+
+
+class OutcomeIn(Input):
+    lease_token: Annotated[str, Field(min_length=1, max_length=64)]
+    status: Literal["confirmed", "failed", "unknown", "awaiting_confirmation", "not_sent"]
+    provider_ref: Annotated[str, Field(max_length=500)] = ""
+    response: Any = None
+    error: Annotated[str, Field(max_length=10000)] | JsonObject | None = None
+
+
+class CancelIn(Input):
+    reason: Reason = ""
+
+
+class CompensateIn(Input):
+    tool: ToolName | None = None
+    request: JsonObject = {}
+    reason: Reason = ""
+    compensation_key: (
+        Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_no_card)] | None
+    ) = None
+
+
+class RecoveryIn(Input):
+    owner: Label | None = None
+    run_id: Id | None = None
+    dry_run: StrictBool = False
+
+
+class WebhookIn(Input):
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=64)]
+    status: Literal["confirmed", "failed"]
+    provider_ref: Annotated[str, Field(max_length=500)] = ""
+    response: Any = None
+
+
+class UpstreamOut(Schema):
+    id: uuid.UUID
+    status: Status
+
+
+class ProvenanceOut(Schema):
+    model: str | None = None
+    prompt_hash: str | None = None
+    tool_schema_version: str | None = None
+    model_output: Any = None
+    policy: Any = None
+
+
+class EffectOut(Schema):
+    id: uuid.UUID
+    effect_key: str
+    run_id: str
+    step_id: str
+    seq: int
+    agent: str
+    tool: str
+    target: str
+    kind: Kind
+    status: Status
+    attempt: int
+    max_attempts: int
+    idempotency_key: str
+    lease_owner: str
+    lease_expires_at: datetime | None
+    provider_ref: str
+    request: JsonObject
+    response: Any
+    error: Any
+    depends_on: list[uuid.UUID]
+    blocked_by: list[UpstreamOut]
+    parent_id: uuid.UUID | None
+    requested_by: Literal["agent", "operator"] = Field(
+        description="Who asked for the effect: its agent, or an operator's decision. Agents "
+        "may not cancel, claim or report on what an operator decided."
+    )
+    provenance: ProvenanceOut
+    created_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+
+
+class ClaimedEffectOut(EffectOut):
+    """The claimer's view: the effect plus the lease it holds."""
+
+    lease_token: str | None = None
+    lease_seconds: int | None = None
+
+
+class HaltOut(Schema):
+    """An active halt (409 `halted`, heartbeat answers): what is halted, why, by whom, since."""
+
+    scope: Literal["tool", "agent", "run", "all"]
+    value: str
+    reason: str
+    by: str
+    since: datetime
+
+
+class HeartbeatOut(ClaimedEffectOut):
+    """A heartbeat's answer: the lease, and the halt covering the effect (null when none), so
+    that a client can stop before it sends anything more."""
+
+    halt: HaltOut | None
+
+
+class EffectPage(Schema):
+    items: list[EffectOut]
+    next_cursor: str | None
+
+
+class RecoveryItem(Schema):
+    effect: EffectOut
+    action: Literal["retry_safe", "reconcile", "review", "wait"]
+    reason: str
+
+
+class RecoveryOut(Schema):
+    effects: list[RecoveryItem]
+    counts_by_status: dict[str, int]
+
+
+class ErrorOut(Schema):
+    error: str
+    detail: str
+
+
+class HealthOut(Schema):
+    status: Literal["ok", "unavailable"]
+    database: str
+    redis: str
+    error: str | None = None
+    detail: str | None = None

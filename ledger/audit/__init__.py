@@ -1,0 +1,1 @@
+"""The tamper-evident trail: the seal chain over events, exports, retention and redaction."""

@@ -1,0 +1,225 @@
+"""What may be done with an agent's incomplete effects after a restart.
+
+The ledger never re-sends a request itself: it decides what is allowed and the owning agent
+re-executes `retry_safe` effects. An expired lease or an `unknown` outcome is decided by what
+the tool can do (docs/concepts.md#recovery):
+
+| tool can…                          | then                                          |
+| ---------------------------------- | --------------------------------------------- |
+| read_only                          | back to planned: retry freely                 |
+| has_lookup                         | reconcile: ask the provider before any retry  |
+| honours_key (within key_ttl)       | back to planned: the same key cannot duplicate |
+| nothing                            | unknown, and a review item at once            |
+
+Whether sending an effect again could do it twice is decided once, by `retry_ground`: this
+module's plans and the operators' *Retry* (`reviews.decisions`) both ask it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Count
+from django.db.models.functions import Now
+
+from ledger.containment.halts import halted_among
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.interlocks import blocked_among
+from ledger.effects.states import INCOMPLETE, Status
+from ledger.effects.transitions import Superseded, transition
+from ledger.effects.wakeups import wake
+from ledger.models import Agent, Effect, EffectEvent, EventKind, Reason, RequestedBy, ReviewItem
+from ledger.policy.tools import Policy, policies_for
+
+RETRY_SAFE, RECONCILE, REVIEW, WAIT = "retry_safe", "reconcile", "review", "wait"
+# Why a retry under the same idempotency key cannot do the effect twice.
+READ_ONLY = "read_only"
+HONOURS_KEY = "provider_honours_key"
+NOT_FOUND = "provider_not_found"
+VERIFIED_ABSENT = "operator_verified_absent"
+# Why the agent waits on an effect recorded under it: an operator decided it (a refund).
+OPERATOR_DECIDED = "operator_decided"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What may be done with one incomplete effect: the action `/recovery` answers, its reason,
+    and what applying it does (a move, a review item)."""
+
+    action: str
+    reason: str
+    move_to: Status | None = None
+    review: Reason | None = None
+
+
+def _review(reason: Reason, move_to: Status | None = None) -> Plan:
+    """A plan that asks a person: `/recovery` answers `review` with the review item's reason."""
+    return Plan(REVIEW, reason.value, move_to, reason)
+
+
+def retry_ground(
+    effect: Effect,
+    policy: Policy,
+    *,
+    now: datetime,
+    last_lookup: str = "",
+    verified_absent: bool = False,
+) -> str:
+    """Why sending this effect again under the same idempotency key cannot do it a second
+    time, or "" when it could. `last_lookup` is the outcome of the latest lookup at the
+    provider; `verified_absent` that an operator checked with the provider and recorded it."""
+    if policy.read_only:
+        return READ_ONLY
+    if policy.honours_key and policy.key_ttl and now - effect.created_at < policy.key_ttl:
+        return HONOURS_KEY
+    if policy.honours_key and last_lookup == "not_found":
+        return NOT_FOUND
+    if verified_absent:
+        return VERIFIED_ABSENT
+    return ""
+
+
+def last_lookup(effect: Effect) -> str:
+    """The outcome of the latest lookup at the provider ("" when nobody asked)."""
+    return (
+        EffectEvent.objects.filter(effect=effect, kind=EventKind.RECONCILIATION)
+        .order_by("-id")
+        .values_list("reason", flat=True)
+        .first()
+        or ""
+    )
+
+
+def plan_for(
+    effect: Effect, policy: Policy, *, blocked: bool, now: datetime, halted: bool = False
+) -> Plan:
+    """The allowed action for one incomplete effect. Pure: no queries, no writes. `halted`: an
+    active halt covers it (`ledger.containment.halts`), so a planned effect may not be claimed
+    now."""
+    attempts_left = effect.attempt < effect.max_attempts
+    exhausted = _review(Reason.ATTEMPTS_EXHAUSTED)
+    if effect.status == Status.PLANNED:
+        if halted:
+            return Plan(WAIT, "halted")
+        if blocked:
+            return Plan(WAIT, "blocked")
+        return Plan(RETRY_SAFE, "planned") if attempts_left else exhausted
+    if effect.status == Status.AWAITING_CONFIRMATION:
+        return Plan(WAIT, "awaiting_confirmation")
+    if effect.status == Status.AWAITING_APPROVAL:
+        return Plan(WAIT, "awaiting_approval")  # an operator decides; nothing to do but wait
+    if (
+        effect.status == Status.DISPATCHING
+        and effect.lease_expires_at
+        and effect.lease_expires_at > now
+    ):
+        return Plan(WAIT, "leased")
+
+    # An expired lease or an unknown outcome: the provider may have done it 0, 1 or n times.
+    lost = Status.UNKNOWN if effect.status == Status.DISPATCHING else None
+    ground = retry_ground(effect, policy, now=now)
+    if policy.has_lookup and ground != READ_ONLY:
+        # Ask before anything is sent again, even where a retry would be safe: the answer
+        # may be that it was done.
+        return Plan(RECONCILE, "provider_lookup")
+    if ground and attempts_left:
+        return Plan(RETRY_SAFE, ground, move_to=Status.PLANNED)
+    if ground:
+        return _review(Reason.ATTEMPTS_EXHAUSTED, lost)
+    return _review(Reason.NO_LOOKUP, lost)
+
+
+def database_now() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def _open_reviews(effect_ids: list[Any]) -> dict[Any, str]:
+    """Effects a person has been asked about: nothing automatic may act on them."""
+    rows = ReviewItem.objects.filter(effect_id__in=effect_ids, resolved_at__isnull=True)
+    return dict(rows.values_list("effect_id", "reason"))
+
+
+@dataclass
+class Planned:
+    effect: Effect
+    plan: Plan
+
+
+def recover(
+    agent: Agent,
+    *,
+    owner: str | None,
+    run_id: str | None,
+    dry_run: bool,
+    limit: int,
+) -> tuple[list[Planned], dict[str, int]]:
+    """Plan every matching incomplete effect; unless `dry_run`, apply the plans that need no
+    provider (back to planned, or unknown plus a review item) and queue reconciliations."""
+    scope = Effect.objects.filter(agent=agent)
+    if owner is not None:
+        scope = scope.filter(lease_owner=owner)
+    if run_id is not None:
+        scope = scope.filter(run_id=run_id)
+    effects = list(scope.filter(status__in=sorted(INCOMPLETE)).order_by("created_at", "id")[:limit])
+    now = database_now()
+    policies = policies_for({e.tool for e in effects})
+    blocked = blocked_among([e.id for e in effects])
+    halted = halted_among([e.id for e in effects if e.status == Status.PLANNED])
+    waiting_for_people = _open_reviews([e.id for e in effects])
+    plans = [
+        Planned(
+            e,
+            # What an operator decided is carried out by the ledger or a person: the agent waits.
+            Plan(WAIT, OPERATOR_DECIDED)
+            if e.requested_by == RequestedBy.OPERATOR
+            else Plan(REVIEW, waiting_for_people[e.id])
+            # Its approval item asks an operator, not the agent: the agent waits.
+            if e.id in waiting_for_people and e.status != Status.AWAITING_APPROVAL
+            else plan_for(
+                e,
+                policies[e.tool],
+                blocked=str(e.id) in blocked,
+                now=now,
+                halted=str(e.id) in halted,
+            ),
+        )
+        for e in effects
+    ]
+    if not dry_run:
+        actor = f"agent:{agent.name} (recovery)"
+        for item in plans:
+            item.effect = apply_plan(item.effect, item.plan, actor)
+    counts = {
+        row["status"]: row["n"] for row in scope.values("status").annotate(n=Count("id")).order_by()
+    }
+    return plans, counts
+
+
+def apply_plan(effect: Effect, plan: Plan, actor: str) -> Effect:
+    try:
+        if plan.move_to and effect.status != plan.move_to:
+            effect = transition(
+                effect,
+                plan.move_to,
+                actor=actor,
+                reason=plan.reason,
+                where=[
+                    (f"(status <> '{Status.DISPATCHING.value}' OR lease_expires_at <= now())", [])
+                ],
+            )
+    except Superseded:
+        # Someone else moved it between our read and write; report what it is now.
+        return Effect.objects.get(pk=effect.pk)
+    if plan.review:
+        open_review(effect.id, plan.review)
+    if plan.action == RECONCILE:
+        # The reconciliation worker's queue of record (docs/architecture.md#the-two-job-systems),
+        # then a wake-up so that a worker asks the provider now rather than at the next sweep.
+        Effect.objects.filter(pk=effect.pk, next_check_at__isnull=True).update(next_check_at=Now())
+        wake([effect.id])
+    return effect
