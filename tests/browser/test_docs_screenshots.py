@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger import seal
-from ledger.killswitch import halt, resume
+from ledger.audit import seal
+from ledger.containment.halts import halt, resume
+from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem, Tool
-from ledger.reviewqueue import open_review
 from ledger.statements import import_statement
 from tests.browser.conftest import nav
 from tests.conftest import ROOT
