@@ -11,7 +11,9 @@ leases through compensations).
   compensations_per_parent (`ledger/sql/compensations.sql`).
 
 The SQL is loaded from those files; a later change to either rule gives this migration the
-text it ran as a literal.
+text it ran as a literal. Every statement on the effects table changes the catalogue only (a
+column with a constant default, a trigger), under a short `lock_timeout`, as 0017's do: behind
+a long transaction it fails fast and is run again rather than queueing every agent.
 """
 
 import importlib
@@ -21,6 +23,7 @@ from django.db import migrations, models
 from ledger.sql import statements
 
 _OLD = importlib.import_module("ledger.migrations.0008_halts")
+LOCK_TIMEOUT = "SET LOCAL lock_timeout = '3s'"
 
 BACKFILL = """
 UPDATE ledger_effect e SET requested_by = 'operator'
@@ -53,6 +56,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunSQL(LOCK_TIMEOUT, LOCK_TIMEOUT),
         migrations.AddField(
             model_name="effect",
             name="requested_by",

@@ -51,6 +51,4 @@ $$;
 
 DROP TRIGGER IF EXISTS effect_agent_compensation ON ledger_effect;
 
-CREATE TRIGGER effect_agent_compensation BEFORE INSERT ON ledger_effect
-FOR EACH ROW WHEN (NEW.kind = 'compensation' AND NEW.requested_by = 'agent')
-EXECUTE FUNCTION ledger_agent_compensation_check();
+CREATE TRIGGER effect_agent_compensation BEFORE INSERT ON ledger_effect FOR EACH ROW WHEN (new.kind::text = 'compensation'::text AND new.requested_by::text = 'agent'::text) EXECUTE FUNCTION ledger_agent_compensation_check();

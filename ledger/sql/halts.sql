@@ -61,3 +61,12 @@ BEGIN
     RETURN NEW;
 END
 $$;
+
+-- The claim (`planned → dispatching`) and an intent inserted with its claim.
+DROP TRIGGER IF EXISTS effect_claim_halted ON ledger_effect;
+
+CREATE TRIGGER effect_claim_halted BEFORE UPDATE OF status ON ledger_effect FOR EACH ROW WHEN (old.status::text = 'planned'::text AND new.status::text = 'dispatching'::text) EXECUTE FUNCTION ledger_effect_claim_halted();
+
+DROP TRIGGER IF EXISTS effect_claim_halted_insert ON ledger_effect;
+
+CREATE TRIGGER effect_claim_halted_insert BEFORE INSERT ON ledger_effect FOR EACH ROW WHEN (new.status::text = 'dispatching'::text) EXECUTE FUNCTION ledger_effect_claim_halted();
