@@ -69,7 +69,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     # PAGE_MIDDLEWARE, for everything but agent calls under /api/.
     "config.pagemiddleware.PagesOnly",
-    "reviews.middleware.no_store_when_signed_in",
+    "reviews.access.middleware.no_store_when_signed_in",
     "axes.middleware.AxesMiddleware",
 ]
 
@@ -100,8 +100,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "reviews.context.roles",
-                "reviews.context.halts",
+                "reviews.views.context.roles",
+                "reviews.views.context.halts",
             ],
         },
     },
@@ -178,9 +178,9 @@ AXES_COOLOFF_TIME = 1  # hours
 # address against any accounts (a flat list means "or"; a nested list means "and"). Never one
 # account at every address: knowing a user name would be enough to lock its owner out.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
-# One account guessed at from many addresses (reviews.signin): past this many failures within
-# the window (seconds), it is refused from every address it has not signed in from before.
-AXES_HANDLER = "reviews.signin.LockoutHandler"
+# One account guessed at from many addresses (reviews.access.signin): past this many failures
+# within the window (seconds), it is refused from every address it has not signed in from before.
+AXES_HANDLER = "reviews.access.signin.LockoutHandler"
 LEDGER_LOGIN_ACCOUNT_LIMIT = env_int("LEDGER_LOGIN_ACCOUNT_LIMIT", 20, minimum=1)
 LEDGER_LOGIN_ACCOUNT_WINDOW = env_int("LEDGER_LOGIN_ACCOUNT_WINDOW", 900, minimum=60)
 # Off: a success resets every attempt matching *any* lockout parameter, so with "ip_address" in
@@ -272,8 +272,7 @@ LEDGER_CHAIN_HEAD_FILE = env_str(
     "LEDGER_CHAIN_HEAD_FILE", str(BASE_DIR / "var" / "chain-heads.jsonl")
 )
 
-# --- Alerts (reviews.alerts, ledger.containment.outbox)
-# ---------------------------------------------------
+# --- Alerts (reviews.alerts, ledger.containment.outbox) --------------------------------------
 # How long a review item may stay open before it is overdue (tools may set resolve_within);
 # alerts go out at 75% of it and when it passes.
 LEDGER_RESOLVE_WITHIN = env_duration("LEDGER_RESOLVE_WITHIN", "24h")
@@ -308,8 +307,7 @@ if LEDGER_ALERT_WEBHOOK_FORMAT not in ("json", "slack") or (
         "URL, and with the json format LEDGER_ALERT_WEBHOOK_SECRET must have 16+ characters."
     )
 
-# --- Agent notifications (ledger.api.longpoll, ledger.api.notifications)
-# -------------------------------
+# --- Agent notifications (ledger.api.longpoll, ledger.api.notifications) ---------------------
 # Long polls (GET /effects/{id}?wait=N) waiting at once in one process; the rest are answered at
 # once with Retry-After. Each waiter holds one of the worker's threads (gunicorn gthread), so
 # the default leaves half of GUNICORN_THREADS to every other request.
@@ -363,8 +361,7 @@ if LEDGER_CALLBACK_ALLOW and len(LEDGER_CALLBACK_SECRET) < 16:
         "LEDGER_CALLBACK_SECRET must have 16+ characters when LEDGER_CALLBACK_ALLOW is set."
     )
 
-# --- Metrics and logs (ledger.observability.metrics, ledger.observability.summary,
-# ledger.observability.jsonlog) ------------------------
+# --- Metrics and logs (ledger.observability: metrics, summary, jsonlog) ----------------------
 # The bearer token a Prometheus scraper sends to /metrics; unset, /metrics answers 404.
 LEDGER_METRICS_TOKEN = env_str("LEDGER_METRICS_TOKEN", "-").removeprefix("-")
 # How old the summary behind the gauges may get before a scrape reads it again (per process).

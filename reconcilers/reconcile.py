@@ -8,8 +8,7 @@ one transaction. A transition loses, harmlessly, to anyone who moved the effect 
 
 A batch's common answers (found and matching; not found where that proves non-receipt) are
 each one transition, and they are written together: `ledger.effects.transitions.transition_many`
-moves
-them with their reconciliation and transition events in one statement per kind of move, so
+moves them with their reconciliation and transition events in one statement per kind of move, so
 an effect that moved meanwhile is left out with no trace. The other answers (a review, a
 reschedule, a chain of moves) are recorded one by one, each in a savepoint.
 
@@ -188,8 +187,7 @@ def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime
     ahead of it: found and matching (confirmed or failed as the provider says; pending moves a
     dispatching effect to awaiting_confirmation), or a not-found that proves absence
     (`ledger.provider.lookup_absence`: planned while attempts remain, else failed: it was never
-    sent). None
-    when it takes more (a review, a reschedule, a chain of moves): `_apply`."""
+    sent). None when it takes more (a review, a reschedule, a chain of moves): `_apply`."""
 
     def move(to: Status, reason: str, changes: dict[str, Any], data: dict[str, Any]) -> Move:
         before = [event_values(**_reconciliation(effect, answer, policy))]

@@ -1,8 +1,8 @@
 """Tail checks: one more lookup for an effect that was sent again on a proof of absence.
 
-A proof of absence (`ledger.provider.lookup_absence`) rests on the provider's search being
-complete; if a first
-request landed after all (a partition that outlasted every bound), the retry made a second
+A proof of absence (`ledger.provider.lookup_absence`) rests on the provider's search being complete;
+if a first request landed after all (a partition that outlasted every bound), the retry made a
+second
 record. So an effect moved on such a proof carries `tail_check_at`, and once it has resolved
 and `settle_after + call_timeout` more have passed, the provider is asked once more:
 

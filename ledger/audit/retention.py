@@ -149,20 +149,7 @@ def redact_batch(effect_ids: list[str]) -> tuple[int, int]:
         redacted = cursor.fetchall()
         if not redacted:
             return 0, 0
-        events = [
-            [
-                str(effect_id),
-                *event_values(
-                    kind=EventKind.RETENTION_PURGE,
-                    actor=ACTOR,
-                    from_status=status,
-                    to_status=status,
-                    reason=f"Payloads redacted: resolved more than {_duration(seconds)} ago.",
-                    data={"fields": list(FIELDS), "retention_seconds": seconds},
-                ),
-            ]
-            for effect_id, status, seconds in redacted
-        ]
+        events = _purge_events(redacted)
         # First the purge events: the trigger lets an event's data go only after one.
         cursor.execute(
             f"INSERT INTO {_EVENTS} (effect_id, {EVENT_COLUMNS}, created_at) "
@@ -184,6 +171,24 @@ def redact_batch(effect_ids: list[str]) -> tuple[int, int]:
             },
         )
         return len(redacted), cursor.rowcount
+
+
+def _purge_events(redacted: list[tuple[Any, str, int]]) -> list[list[Any]]:
+    """One `retention_purge` event per redacted effect: (effect id, *event columns)."""
+    return [
+        [
+            str(effect_id),
+            *event_values(
+                kind=EventKind.RETENTION_PURGE,
+                actor=ACTOR,
+                from_status=status,
+                to_status=status,
+                reason=f"Payloads redacted: resolved more than {_duration(seconds)} ago.",
+                data={"fields": list(FIELDS), "retention_seconds": seconds},
+            ),
+        ]
+        for effect_id, status, seconds in redacted
+    ]
 
 
 def redact_expired(

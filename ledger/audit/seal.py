@@ -144,23 +144,29 @@ def seal_pending(limit: int = BATCH, *, grace: int | None = None) -> int:
         rows = cursor.fetchall()
         if not rows:
             return 0
-        seqs, event_ids, prev_hashes, hashes = [], [], [], []
-        for row in rows:
-            seq += 1
-            event_hash = link_hash(prev_hash, content(row))
-            seqs.append(seq)
-            event_ids.append(row[0])
-            prev_hashes.append(prev_hash)
-            hashes.append(event_hash)
-            prev_hash = event_hash
         cursor.execute(
             f"INSERT INTO {_SEALS} (seq, event_id, prev_hash, hash, sealed_at) "
             f"SELECT seq, event_id, prev_hash, hash, now() "
             f"FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[]) "
             f"AS link(seq, event_id, prev_hash, hash)",
-            [seqs, event_ids, prev_hashes, hashes],
+            _links(rows, seq, prev_hash),
         )
     return len(rows)
+
+
+def _links(rows: list[tuple[Any, ...]], seq: int, prev_hash: str) -> list[list[Any]]:
+    """The chain's next links over `rows`, after the head (seq, prev_hash), as the INSERT's
+    four arrays: seqs, event ids, previous hashes, hashes."""
+    seqs, event_ids, prev_hashes, hashes = [], [], [], []
+    for row in rows:
+        seq += 1
+        event_hash = link_hash(prev_hash, content(row))
+        seqs.append(seq)
+        event_ids.append(row[0])
+        prev_hashes.append(prev_hash)
+        hashes.append(event_hash)
+        prev_hash = event_hash
+    return [seqs, event_ids, prev_hashes, hashes]
 
 
 def seal_all(*, limit: int = BATCH, max_batches: int = MAX_BATCHES) -> int:

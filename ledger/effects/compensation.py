@@ -70,21 +70,7 @@ def compensate(
     `compensations_per_parent` times; PostgreSQL holds the same rules
     (`ledger/sql/compensations.sql`). The effect records who asked (`requested_by`), which
     halts and the agent endpoints read."""
-    if compensation_key is not None and ":" in compensation_key:
-        # `{parent}:comp:{key}` must stay one compensation's key, never another's decision's.
-        raise ValidationFailed(
-            "A compensation key is one segment.",
-            {"compensation_key": "must not contain ':'"},
-        )
-    parent_policy = policy_for(parent.tool)
-    tool_name = tool or parent_policy.compensated_by
-    if not operator:
-        _check_agents_tool(parent, parent_policy, tool_name)
-    if not tool_name:
-        raise ValidationFailed(
-            "No compensating tool given, and the parent's tool declares none.",
-            {"tool": f"required: tool {parent.tool!r} has no compensated_by"},
-        )
+    tool_name = _compensating_tool(parent, tool, compensation_key, operator=operator)
     intent = Intent(
         run_id=parent.run_id,
         step_id=f"{parent.step_id}:comp",
@@ -110,6 +96,28 @@ def compensate(
         if refused is None:
             raise
         raise refused from None
+
+
+def _compensating_tool(
+    parent: Effect, tool: str | None, compensation_key: str | None, *, operator: bool
+) -> str:
+    """The tool the compensation names, after the checks on what was asked."""
+    if compensation_key is not None and ":" in compensation_key:
+        # `{parent}:comp:{key}` must stay one compensation's key, never another's decision's.
+        raise ValidationFailed(
+            "A compensation key is one segment.",
+            {"compensation_key": "must not contain ':'"},
+        )
+    parent_policy = policy_for(parent.tool)
+    tool_name = tool or parent_policy.compensated_by
+    if not operator:
+        _check_agents_tool(parent, parent_policy, tool_name)
+    if not tool_name:
+        raise ValidationFailed(
+            "No compensating tool given, and the parent's tool declares none.",
+            {"tool": f"required: tool {parent.tool!r} has no compensated_by"},
+        )
+    return tool_name
 
 
 def _record(

@@ -140,7 +140,38 @@ def record_new_intent(
     """Record a new planned intent, claimed with it when `claim` (owner, claim_id,
     lease_seconds) is given; None when an effect with this key exists already (the caller
     then takes the general path, which knows repeats and conflicts)."""
-    more: dict[str, Any] = {}
+    events, lease = _intent_events(intent, actor, claim)
+    values = effect_row(
+        agent,
+        intent,
+        policy.redactor,
+        status=Status.DISPATCHING if claim is not None else Status.PLANNED,
+        max_attempts=policy.max_attempts,
+        seq=SqlExpr("(SELECT last_seq FROM run)"),
+        **lease,
+    )
+    columns, placeholders, params = column_values(values)
+    stamp, stamp_params = keyuse.stamp_cte(only_if="EXISTS (SELECT 1 FROM effect)")
+    sql = _intent_sql(columns, placeholders, len(events), stamp)
+    all_params = [
+        agent.id,
+        intent.run_id,
+        agent.id,
+        values["effect_key"],
+        *params,
+        *[value for event in events for value in event],
+        *stamp_params,
+    ]
+    row = _one(sql, all_params)
+    if row is not None and claim is not None:
+        count_transition(Status.PLANNED, Status.DISPATCHING)
+    return row
+
+
+def _intent_events(
+    intent: Intent, actor: str, claim: dict[str, Any] | None
+) -> tuple[list[Sequence[Any]], dict[str, Any]]:
+    """The new effect's events (`intent`, and `claimed` with a claim) and its lease columns."""
     events = [
         event_values(
             kind=EventKind.INTENT,
@@ -153,58 +184,51 @@ def record_new_intent(
             },
         )
     ]
-    if claim is not None:
-        token = secrets.token_urlsafe(24)
-        more = {
-            "attempt": 1,
-            "lease_owner": claim["owner"],
-            "lease_token": token,
-            "claim_id": claim["claim_id"],
-            "lease_seconds": claim["lease_seconds"],
-            "lease_expires_at": seconds_from_now(claim["lease_seconds"]),
-        }
-        events.append(
-            event_values(
-                kind=EventKind.TRANSITION,
-                actor=actor,
-                from_status=Status.PLANNED,
-                to_status=Status.DISPATCHING,
-                reason="claimed",
-                data={
-                    "owner": claim["owner"],
-                    "claim_id": claim["claim_id"],
-                    "lease_seconds": claim["lease_seconds"],
-                    "lease": digests.lease_digest(token),
-                },
-            )
+    if claim is None:
+        return events, {}
+    token = secrets.token_urlsafe(24)
+    lease = {
+        "attempt": 1,
+        "lease_owner": claim["owner"],
+        "lease_token": token,
+        "claim_id": claim["claim_id"],
+        "lease_seconds": claim["lease_seconds"],
+        "lease_expires_at": seconds_from_now(claim["lease_seconds"]),
+    }
+    data = {key: claim[key] for key in ("owner", "claim_id", "lease_seconds")}
+    events.append(
+        event_values(
+            kind=EventKind.TRANSITION,
+            actor=actor,
+            from_status=Status.PLANNED,
+            to_status=Status.DISPATCHING,
+            reason="claimed",
+            data={**data, "lease": digests.lease_digest(token)},
         )
-    values = effect_row(
-        agent,
-        intent,
-        policy.redactor,
-        status=Status.DISPATCHING if claim is not None else Status.PLANNED,
-        max_attempts=policy.max_attempts,
-        seq=SqlExpr("(SELECT last_seq FROM run)"),
-        **more,
     )
-    columns, placeholders, params = column_values(values)
+    return events, lease
+
+
+def _intent_sql(columns: list[str], placeholders: list[str], events: int, stamp: str) -> str:
+    """The intent's one statement: the run's next seq, the effect and its events, the key's
+    stamp. Its text depends only on the columns and the number of events, so that psycopg
+    prepares each shape once."""
     # Typed: in a SELECT list, a parameter PostgreSQL cannot type (NULL, text) would be text.
-    placeholders = [
+    typed = [
         f"%s::{_CASTS[column]}" if sql == "%s" else sql
         for column, sql in zip(columns, placeholders, strict=True)
     ]
-    stamp, stamp_params = keyuse.stamp_cte(only_if="EXISTS (SELECT 1 FROM effect)")
     # Nothing is inserted (no trigger runs, no seq is used) for a key that exists already.
     absent = f"NOT EXISTS (SELECT 1 FROM {_EFFECTS} WHERE agent_id = %s AND effect_key = %s)"
-    rows = ", ".join(f"({n}, %s, %s, %s, %s, %s, %s::jsonb, %s)" for n in range(1, len(events) + 1))
-    sql = (
+    rows = ", ".join(f"({n}, %s, %s, %s, %s, %s, %s::jsonb, %s)" for n in range(1, events + 1))
+    return (
         _with(
             f"run AS (INSERT INTO {_RUNS} (agent_id, run_id, last_seq, created_at) "
             f"SELECT %s, %s, 1, now() WHERE {absent} "
             f"ON CONFLICT (agent_id, run_id) DO UPDATE SET last_seq = {_RUNS}.last_seq + 1 "
             "RETURNING last_seq)",
             f"effect AS (INSERT INTO {_EFFECTS} ({', '.join(columns)}, created_at, updated_at) "
-            f"SELECT {', '.join(placeholders)}, now(), now() WHERE EXISTS (SELECT 1 FROM run) "
+            f"SELECT {', '.join(typed)}, now(), now() WHERE EXISTS (SELECT 1 FROM run) "
             f"ON CONFLICT (agent_id, effect_key) DO NOTHING RETURNING {_RETURNED})",
             f"events AS (INSERT INTO {_EVENTS} (effect_id, {EVENT_COLUMNS}, created_at) "
             f"SELECT effect.id, v.kind, v.actor, v.from_status, v.to_status, v.reason, v.data, "
@@ -214,20 +238,6 @@ def record_new_intent(
         )
         + "SELECT * FROM effect"
     )
-    key = values["effect_key"]
-    all_params = [
-        agent.id,
-        intent.run_id,
-        agent.id,
-        key,
-        *params,
-        *[value for event in events for value in event],
-        *stamp_params,
-    ]
-    row = _one(sql, all_params)
-    if row is not None and claim is not None:
-        count_transition(Status.PLANNED, Status.DISPATCHING)
-    return row
 
 
 def read_effect(effect_id: Any, agent_id: int) -> EffectRow | None:
@@ -270,12 +280,7 @@ def record_simple_outcome(
         return effect
     if not report.holds_lease or report.target not in _SIMPLE_OUTCOMES:
         return None
-    changes = entry_columns(effect.status, report.target, report.changes)
-    columns, placeholders, params = column_values(changes)
-    sets = ", ".join(
-        ["status = %s", "version = version + 1", "updated_at = now()"]
-        + [f"{column} = {sql}" for column, sql in zip(columns, placeholders, strict=True)]
-    )
+    sets, params = _outcome_sets(entry_columns(effect.status, report.target, report.changes))
     event = event_values(
         kind=EventKind.TRANSITION,
         actor=actor,
@@ -285,18 +290,8 @@ def record_simple_outcome(
         data=evidence(report.changes, status),
     )
     stamp, stamp_params = keyuse.stamp_cte(only_if="EXISTS (SELECT 1 FROM moved)")
-    sql = (
-        _with(
-            f"moved AS (UPDATE {_EFFECTS} SET {sets} WHERE id = %s AND status = %s "
-            f"AND version = %s AND {FENCE} RETURNING {_RETURNED})",
-            f"events AS (INSERT INTO {_EVENTS} (effect_id, {EVENT_COLUMNS}, created_at) "
-            "SELECT moved.id, %s, %s, %s, %s, %s, %s::jsonb, %s, now() FROM moved)",
-            stamp,
-        )
-        + "SELECT * FROM moved"
-    )
     moved = _one(
-        sql,
+        _outcome_sql(sets, stamp),
         [
             str(report.target),
             *params,
@@ -313,3 +308,28 @@ def record_simple_outcome(
     count_transition(effect.status, report.target)
     moved.has_upstream = effect.has_upstream
     return moved
+
+
+def _outcome_sets(changes: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The outcome UPDATE's SET list (the new status first, as `%s`) and the changes' values."""
+    columns, placeholders, params = column_values(changes)
+    sets = ", ".join(
+        ["status = %s", "version = version + 1", "updated_at = now()"]
+        + [f"{column} = {sql}" for column, sql in zip(columns, placeholders, strict=True)]
+    )
+    return sets, params
+
+
+def _outcome_sql(sets: str, stamp: str) -> str:
+    """The outcome's one statement: the fenced move (the token must still hold an unexpired
+    lease, by the database clock), its event and the key's stamp."""
+    return (
+        _with(
+            f"moved AS (UPDATE {_EFFECTS} SET {sets} WHERE id = %s AND status = %s "
+            f"AND version = %s AND {FENCE} RETURNING {_RETURNED})",
+            f"events AS (INSERT INTO {_EVENTS} (effect_id, {EVENT_COLUMNS}, created_at) "
+            "SELECT moved.id, %s, %s, %s, %s, %s, %s::jsonb, %s, now() FROM moved)",
+            stamp,
+        )
+        + "SELECT * FROM moved"
+    )

@@ -306,6 +306,43 @@ def _move_group(
     per-effect values and events travel as two JSON documents (`json_to_recordset`): one
     string each to quote, where arrays or VALUES cost a parameter per value."""
     first = members[0][0]
+    record, rows = _recordset(members, shape)
+    sets, params = _assignments(shape, first)
+    params.append(rows)
+    # Joined by primary key: each row of the recordset finds its effect through the index
+    # (PostgreSQL takes any function's recordset for 100 rows, so it plans a nested loop over
+    # it). An `id = ANY(…)` list as well made it match every row of the list against every
+    # effect found by the list: quadratic, 1.8 s for 4,800 moves.
+    conditions = ["id = v._id", "status = %s", "version = v._version"]
+    params.append(str(first.effect.status))
+    for condition, condition_params in where:
+        conditions.append(condition)
+        params.extend(condition_params)
+    params.append(_events_document(members, actor))
+    ctes = [
+        f"moved AS (UPDATE {_EFFECT_TABLE} SET {', '.join(sets)} "
+        f"FROM json_to_recordset(%s::json) AS v({record}) "
+        f"WHERE {' AND '.join(conditions)} RETURNING id, status, kind, v._n)",
+        f"events AS (INSERT INTO {_EVENT_TABLE} (effect_id, {EVENT_COLUMNS}, created_at) "
+        "SELECT moved.id, e.kind, e.actor, e.from_status, e.to_status, e.reason, e.data, "
+        "e.digest, now() FROM moved JOIN json_to_recordset(%s::json) AS e(n int, k int, "
+        "kind text, actor text, from_status text, to_status text, reason text, data jsonb, "
+        "digest text) ON e.n = moved._n ORDER BY e.k)",
+    ]
+    if releases:
+        # Proof it never left: its amount stops counting (`ledger.containment.limits`).
+        ctes.append(f"released AS ({release_sql('SELECT id FROM moved')})")
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {', '.join(ctes)} SELECT id, status, kind FROM moved", params)
+        return cursor.fetchall()
+
+
+def _recordset(
+    members: Sequence[tuple[Move, list[Any]]], shape: tuple[tuple[Any, ...], ...]
+) -> tuple[str, str]:
+    """The per-effect values as a JSON document, and its record type for json_to_recordset:
+    `_n` (the member's number), the effect's id and version, then one `_c<i>` per column of the
+    shape that has a value of its own (the rest are SQL expressions, the same for all)."""
     key = [_FIELD_BY_COLUMN["id"], _FIELD_BY_COLUMN["version"]]
     per_row = [
         _FIELD_BY_COLUMN.get(name) or Effect._meta.get_field(name)
@@ -333,6 +370,12 @@ def _move_group(
             for name, f in zip(names, key + per_row, strict=True)
         ]
     )
+    return record, "[" + ",".join(rows) + "]"
+
+
+def _assignments(shape: tuple[tuple[Any, ...], ...], first: Move) -> tuple[list[str], list[Any]]:
+    """The UPDATE's SET list and its parameters: the new status, then each column of the
+    shape, from the recordset (`v._c<i>`) or as its SQL expression."""
     sets = ["status = %s", "version = version + 1", "updated_at = now()"]
     params: list[Any] = [str(first.to)]
     column = 0
@@ -344,20 +387,12 @@ def _move_group(
         else:
             sets.append(f"{target} = v._c{column}")
             column += 1
-    params.append("[" + ",".join(rows) + "]")
-    # Joined by primary key: each row of the recordset finds its effect through the index
-    # (PostgreSQL takes any function's recordset for 100 rows, so it plans a nested loop over
-    # it). An `id = ANY(…)` list as well made it match every row of the list against every
-    # effect found by the list: quadratic, 1.8 s for 4,800 moves.
-    conditions = [
-        "id = v._id",
-        "status = %s",
-        "version = v._version",
-    ]
-    params.append(str(first.effect.status))
-    for condition, condition_params in where:
-        conditions.append(condition)
-        params.extend(condition_params)
+    return sets, params
+
+
+def _events_document(members: Sequence[tuple[Move, list[Any]]], actor: str) -> str:
+    """Every member's events (those it records before its move, then the move's own) as one
+    JSON document, numbered by member (`n`) and in order (`k`)."""
     events = []
     for n, (move, _) in enumerate(members, start=1):
         transition_event = event_values(
@@ -375,23 +410,7 @@ def _move_group(
                 f'"from_status":{_text(from_status)},"to_status":{_text(to_status)},'
                 f'"reason":{_text(reason)},"data":{data},"digest":{_text(digest)}}}'
             )
-    params.append("[" + ",".join(events) + "]")
-    ctes = [
-        f"moved AS (UPDATE {_EFFECT_TABLE} SET {', '.join(sets)} "
-        f"FROM json_to_recordset(%s::json) AS v({record}) "
-        f"WHERE {' AND '.join(conditions)} RETURNING id, status, kind, v._n)",
-        f"events AS (INSERT INTO {_EVENT_TABLE} (effect_id, {EVENT_COLUMNS}, created_at) "
-        "SELECT moved.id, e.kind, e.actor, e.from_status, e.to_status, e.reason, e.data, "
-        "e.digest, now() FROM moved JOIN json_to_recordset(%s::json) AS e(n int, k int, "
-        "kind text, actor text, from_status text, to_status text, reason text, data jsonb, "
-        "digest text) ON e.n = moved._n ORDER BY e.k)",
-    ]
-    if releases:
-        # Proof it never left: its amount stops counting (`ledger.containment.limits`, for the set).
-        ctes.append(f"released AS ({release_sql('SELECT id FROM moved')})")
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH {', '.join(ctes)} SELECT id, status, kind FROM moved", params)
-        return cursor.fetchall()
+    return "[" + ",".join(events) + "]"
 
 
 def _text(value: Any) -> str:
@@ -430,18 +449,7 @@ def claim(
         if halt is not None:
             raise halt_refusal(halt)
         return effect, True
-    refuse_claim(effect)  # four-eyes: 409 approval_required while it waits
-    if effect.status != Status.PLANNED:
-        raise InvalidTransition(
-            f"Only a planned effect can be claimed; this one is {effect.status}.",
-            status=effect.status,
-        )
-    if effect.attempt >= effect.max_attempts:
-        raise AttemptsExhausted(
-            f"All {effect.max_attempts} attempts have been used.",
-            attempt=effect.attempt,
-            max_attempts=effect.max_attempts,
-        )
+    _check_claimable(effect)
     moved: Effect | None = None
     waiting: list[dict[str, Any]] = []
     try:
@@ -453,7 +461,7 @@ def claim(
             if halted is None:
                 waiting = blocked_by(effect.id, lock=True)
                 if not waiting:
-                    # The claim trigger counts it against the limits (migration 0014).
+                    # The claim trigger counts it against the limits (`ledger/sql/limits.sql`).
                     moved = _claim(effect, owner, claim_id, lease_seconds, actor)
     except DatabaseError as exc:
         refused = trigger_refusal(exc)
@@ -475,6 +483,23 @@ def claim(
             )
         raise InvalidTransition("The effect was claimed or changed by someone else first.")
     return moved, False
+
+
+def _check_claimable(effect: Effect) -> None:
+    """What refuses a claim before anything is locked: four-eyes (409 approval_required while
+    it waits), a status other than planned, and spent attempts."""
+    refuse_claim(effect)
+    if effect.status != Status.PLANNED:
+        raise InvalidTransition(
+            f"Only a planned effect can be claimed; this one is {effect.status}.",
+            status=effect.status,
+        )
+    if effect.attempt >= effect.max_attempts:
+        raise AttemptsExhausted(
+            f"All {effect.max_attempts} attempts have been used.",
+            attempt=effect.attempt,
+            max_attempts=effect.max_attempts,
+        )
 
 
 def trigger_refusal(exc: DatabaseError) -> LedgerError | None:

@@ -172,16 +172,15 @@ class Tool(models.Model):
         max_length=4, choices=Mode.choices, default=Mode.LIVE, db_default=Mode.LIVE
     )
     # Limits on claims of this tool's effects (`ledger.containment.limits`): NULL / {}: none.
-    # Amounts per
-    # currency as exact decimal strings ({"EUR": "500.00"}); they need the two paths below.
+    # Amounts per currency as exact decimal strings ({"EUR": "500.00"}); they need the two paths
+    # below.
     limit_claims_per_minute = models.PositiveIntegerField(null=True, blank=True)
     limit_amount_per_day = models.JSONField(default=dict, db_default={}, blank=True)
     # Dotted paths into the request where its amount and currency are ("payment.amount").
     amount_path = models.CharField(max_length=200, blank=True, db_default="")
     currency_path = models.CharField(max_length=200, blank=True, db_default="")
-    # Four-eyes (`ledger.containment.four_eyes`): an intent whose amount is above this (major
-    # units, exact)
-    # waits in awaiting_approval for a second operator. NULL: never.
+    # Four-eyes (`ledger.containment.four_eyes`): an intent whose amount is above this (major units,
+    # exact) waits in awaiting_approval for a second operator. NULL: never.
     approve_above = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
     # The provider's own record (`ledger.provider.lookup_absence`, `ledger.statements`).
     # The longest one provider call may take: no call starts on a lease with less left.

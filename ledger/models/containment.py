@@ -27,8 +27,7 @@ class AlertKind(models.TextChoices):
 class Alert(models.Model):
     """The alert outbox: one row per thing to tell people, written in the transaction (or by
     the sweep) that saw it and sent later by one sender (`ledger.containment.outbox`,
-    `reviews.alerts`).
-    Its id is the email's Message-ID and the webhook's Idempotency-Key."""
+    `reviews.alerts`). Its id is the email's Message-ID and the webhook's Idempotency-Key."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     kind = models.CharField(max_length=32, choices=AlertKind.choices)

@@ -100,8 +100,7 @@ class ReviewItem(models.Model):
     )
     # Copies of the effect's tool, agent, run and creation time, written by the statement that
     # opens the item (ledger.containment.reviewqueue): none of them ever changes on an effect, and
-    # with them
-    # the queue filters, sorts and pages on this table alone, through the partial indexes
+    # with them the queue filters, sorts and pages on this table alone, through the partial indexes
     # below, instead of joining a million effects first. NULL only on an item opened by
     # something other than that statement (migration 0016 filled in those that existed before
     # it). The effect's status is not copied: it changes with every transition.

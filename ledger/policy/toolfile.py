@@ -136,24 +136,7 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             f"tool {name!r}: preset must be one of {sorted(PRESETS)}, not {preset!r}"
         )
     fields: dict[str, Any] = dict(PRESETS[preset])
-    for flag in _FLAGS:
-        if flag in spec:
-            if not isinstance(spec[flag], bool):
-                raise ToolFileError(f"tool {name!r}: {flag} must be true or false")
-            fields[flag] = spec[flag]
-        fields.setdefault(flag, False)
-    defaults = {
-        "escalate_after": settings.LEDGER_ESCALATE_AFTER,
-        "resolve_within": settings.LEDGER_RESOLVE_WITHIN,
-        "backoffice_window": settings.LEDGER_BACKOFFICE_WINDOW,
-        "retention": settings.LEDGER_RETENTION,
-    }
-    for key in _DURATIONS:
-        raw = spec.get(key, defaults.get(key))
-        try:
-            fields[key] = None if raw is None else timedelta(seconds=parse_duration(raw))
-        except ValueError as exc:
-            raise ToolFileError(f"tool {name!r}: {key}: {exc}") from None
+    _flags_and_durations(name, spec, fields)
     if fields["call_timeout"] is not None and fields["call_timeout"] > timedelta(hours=1):
         # A claim's lease is at most an hour, and it must outlast any call started on it.
         raise ToolFileError(f"tool {name!r}: call_timeout must be at most 1h")
@@ -192,6 +175,27 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         if problem:
             raise ToolFileError(f"tool {name!r}: {problem}")
     return fields
+
+
+def _flags_and_durations(name: str, spec: dict[str, Any], fields: dict[str, Any]) -> None:
+    for flag in _FLAGS:
+        if flag in spec:
+            if not isinstance(spec[flag], bool):
+                raise ToolFileError(f"tool {name!r}: {flag} must be true or false")
+            fields[flag] = spec[flag]
+        fields.setdefault(flag, False)
+    defaults = {
+        "escalate_after": settings.LEDGER_ESCALATE_AFTER,
+        "resolve_within": settings.LEDGER_RESOLVE_WITHIN,
+        "backoffice_window": settings.LEDGER_BACKOFFICE_WINDOW,
+        "retention": settings.LEDGER_RETENTION,
+    }
+    for key in _DURATIONS:
+        raw = spec.get(key, defaults.get(key))
+        try:
+            fields[key] = None if raw is None else timedelta(seconds=parse_duration(raw))
+        except ValueError as exc:
+            raise ToolFileError(f"tool {name!r}: {key}: {exc}") from None
 
 
 def _absence(name: str, fields: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
--- Halts (`ledger.containment.halts`, `ledger.containment.killswitch`): the one coverage rule, and the trigger that
--- applies it to every claim, whichever process makes it.
+-- Halts (`ledger.containment.halts`): the one coverage rule, and the triggers that apply it to
+-- every claim, whichever process makes it.
 --
 -- A tool halt stops every effect of its tool. Agent, run and `all` halts stop actions, and the
 -- agent's own compensations; a compensation an operator decided keeps running (halting the
@@ -26,8 +26,8 @@ CREATE OR REPLACE FUNCTION ledger_covering_halt(
 $$;
 
 -- The same after taking the halts' advisory lock SHARED (1751215220 is "halt" in ASCII,
--- `ledger.containment.halts.HALT_LOCK`). `halt()` takes it EXCLUSIVELY before inserting, so once it has
--- returned no claim it covers can commit. The check is a statement of its own after the lock
+-- `ledger.containment.halts.HALT_LOCK`). `halt()` takes it EXCLUSIVELY before inserting, so
+-- once it has returned no claim it covers can commit. The check is a statement of its own after the lock
 -- is granted: under READ COMMITTED it sees a halt committed while the claim waited.
 CREATE OR REPLACE FUNCTION ledger_halt_for_claim(
     p_kind text, p_tool text, p_agent_id bigint, p_run_id text, p_requested_by text

@@ -7,8 +7,8 @@ revised away, and an effect may still be on its way. Each orphan opens one `Inci
 severity for a successful line, normal for a pending one), due within the tool's
 `resolve_within` or LEDGER_RESOLVE_WITHIN, or sooner when the provider's back-office window,
 counted from the line's time, closes first (`ledger.containment.reviewqueue.due_sql`). A person
-closes it
-with `acknowledge_incident`, recorded as a decision effect under the reserved system agent (run
+closes it with `acknowledge_incident`, recorded as a decision effect under the reserved system agent
+(run
 `incidents`, target "incident:<id>"), like a halt.
 """
 
@@ -80,8 +80,7 @@ def orphans_phase(made: StatementImport, tool: Tool) -> Progress:
             ), marked AS (
                 UPDATE {_LINES} l SET outcome = 'orphan' FROM opened WHERE l.id = opened.line_id
             ), alerted AS (
-                -- People hear of each at once, through the alert outbox
-                (ledger.containment.outbox).
+                -- People hear of each at once, through the alert outbox.
                 INSERT INTO {_ALERTS} (id, kind, key, payload, created_at, attempts, delivered,
                                        last_error)
                 SELECT gen_random_uuid(), %(alert)s, 'incident:' || opened.id,

@@ -107,22 +107,7 @@ def stage(
         )
         stage_table = f"stm_stage_{made.pk}"
         with connection.cursor() as cursor:
-            # Matching joins and sorts a whole statement against the tool's effects at once:
-            # with the default work_mem (4 MB) PostgreSQL spills its hashes and sorts to disk.
-            # One staging per tool at a time: a revision is diffed against the lines staged
-            # before it, which a concurrent import of the same tool must not be writing.
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                [f"ledger.statements:{tool.name}"],
-            )
-            cursor.execute(f"SET LOCAL work_mem = '{STAGING_WORK_MEM}'")
-            # One statement over a million rows: compiling it (JIT) costs more than it saves.
-            cursor.execute("SET LOCAL jit = off")
-            cursor.execute(
-                f"CREATE TEMP TABLE {stage_table} (line_no int, provider_ref text, "
-                "reference text, type text, status text, amount_minor bigint, currency text, "
-                "occurred_at timestamptz, keep boolean NOT NULL DEFAULT true) ON COMMIT DROP"
-            )
+            _open_stage(cursor, tool, stage_table)
             raw = cursor.cursor
             with raw.copy(f"COPY {stage_table} ({STAGE_COLUMNS}) FROM STDIN") as copy:
                 count = 0
@@ -143,6 +128,26 @@ def stage(
     return made
 
 
+def _open_stage(cursor: Any, tool: Tool, stage_table: str) -> None:
+    """The staging table for one file, in a transaction that holds the tool's staging lock."""
+    # Matching joins and sorts a whole statement against the tool's effects at once: with the
+    # default work_mem (4 MB) PostgreSQL spills its hashes and sorts to disk. One staging per
+    # tool at a time: a revision is diffed against the lines staged before it, which a
+    # concurrent import of the same tool must not be writing.
+    cursor.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+        [f"ledger.statements:{tool.name}"],
+    )
+    cursor.execute(f"SET LOCAL work_mem = '{STAGING_WORK_MEM}'")
+    # One statement over a million rows: compiling it (JIT) costs more than it saves.
+    cursor.execute("SET LOCAL jit = off")
+    cursor.execute(
+        f"CREATE TEMP TABLE {stage_table} (line_no int, provider_ref text, "
+        "reference text, type text, status text, amount_minor bigint, currency text, "
+        "occurred_at timestamptz, keep boolean NOT NULL DEFAULT true) ON COMMIT DROP"
+    )
+
+
 def _revise(cursor: Any, made: StatementImport, stage_table: str) -> dict[str, Any]:
     """Diff the file against the current lines already imported for its period."""
     cursor.execute(
@@ -153,8 +158,35 @@ def _revise(cursor: Any, made: StatementImport, stage_table: str) -> dict[str, A
     overlapping = [i for (i,) in cursor.fetchall()]
     if not overlapping:
         return {"lines_new": _count(cursor, stage_table)}
-    # Old and new lines, each numbered within its (provider_ref, type): partial captures of
-    # one authorization share a provider_ref.
+    _diff(cursor, made, stage_table, overlapping)
+    cursor.execute(
+        f"UPDATE {stage_table} s SET keep = false FROM {stage_table}_diff d "
+        "WHERE d.new_line = s.line_no AND d.old_id IS NOT NULL AND d.same"
+    )
+    unchanged = cursor.rowcount
+    cursor.execute(
+        f"WITH gone AS (UPDATE {_LINES} l SET removed_by_id = %s, "
+        "outcome = CASE WHEN d.new_line IS NULL THEN 'removed' ELSE 'revised' END "
+        f"FROM {stage_table}_diff d WHERE l.id = d.old_id AND NOT coalesce(d.same, false) "
+        "RETURNING d.new_line IS NULL AS removed) "
+        "SELECT count(*) FILTER (WHERE removed), count(*) FILTER (WHERE NOT removed) FROM gone",
+        [made.pk],
+    )
+    removed, changed = cursor.fetchone()
+    cursor.execute(f"DROP TABLE {stage_table}_diff")
+    return {
+        "revises": overlapping,
+        "lines_unchanged": unchanged,
+        "lines_changed": changed,
+        "lines_removed": removed,
+        "lines_new": _count(cursor, stage_table) - changed,
+    }
+
+
+def _diff(cursor: Any, made: StatementImport, stage_table: str, overlapping: list[int]) -> None:
+    """`<stage>_diff`: the current lines of the overlapping imports against the file's, each
+    numbered within its (provider_ref, type) (partial captures of one authorization share a
+    provider_ref), with whether the pair is the same line."""
     cursor.execute(
         f"""
         CREATE TEMP TABLE {stage_table}_diff ON COMMIT DROP AS
@@ -183,28 +215,6 @@ def _revise(cursor: Any, made: StatementImport, stage_table: str) -> dict[str, A
         """,
         {"overlapping": overlapping, "start": made.period_start, "end": made.period_end},
     )
-    cursor.execute(
-        f"UPDATE {stage_table} s SET keep = false FROM {stage_table}_diff d "
-        "WHERE d.new_line = s.line_no AND d.old_id IS NOT NULL AND d.same"
-    )
-    unchanged = cursor.rowcount
-    cursor.execute(
-        f"WITH gone AS (UPDATE {_LINES} l SET removed_by_id = %s, "
-        "outcome = CASE WHEN d.new_line IS NULL THEN 'removed' ELSE 'revised' END "
-        f"FROM {stage_table}_diff d WHERE l.id = d.old_id AND NOT coalesce(d.same, false) "
-        "RETURNING d.new_line IS NULL AS removed) "
-        "SELECT count(*) FILTER (WHERE removed), count(*) FILTER (WHERE NOT removed) FROM gone",
-        [made.pk],
-    )
-    removed, changed = cursor.fetchone()
-    cursor.execute(f"DROP TABLE {stage_table}_diff")
-    return {
-        "revises": overlapping,
-        "lines_unchanged": unchanged,
-        "lines_changed": changed,
-        "lines_removed": removed,
-        "lines_new": _count(cursor, stage_table) - changed,
-    }
 
 
 def _count(cursor: Any, stage_table: str) -> int:
