@@ -79,6 +79,22 @@ docs-screenshots: install-test
 	LEDGER_DOCS_SCREENSHOTS=docs/screenshots $(TEST_ENV) $(PY) -m config.stack exec -- \
 	  $(PY) -m pytest tests/browser/test_docs_screenshots.py -q
 
+# The documentation site (docs/, Sphinx with MyST Markdown and Furo) into docs/_build/html. Warnings
+# are errors: a link to a missing page, heading anchor or file fails the build. -E reads every page
+# afresh, so a warning in a page that did not change is reported again.
+.PHONY: docs docs-serve
+$(VENV)/.installed-docs: pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	$(VENV)/bin/sphinx-build -E -W --keep-going -n -b html docs docs/_build/html
+
+# The same site on http://127.0.0.1:8001/, rebuilt on every save (bench/README.md included).
+docs-serve: $(VENV)/.installed-docs
+	$(VENV)/bin/sphinx-autobuild -W -n --watch bench --host 127.0.0.1 --port 8001 \
+	  docs docs/_build/html
+
 lint: install-test
 	$(VENV)/bin/ruff check .
 
