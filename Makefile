@@ -3,11 +3,15 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# Test-only secrets; `make run` generates real ones under var/.
-TEST_ENV := SECRET_KEY=$${SECRET_KEY:-test-secret-key-0123456789abcdef} \
-	LEDGER_KEYS=$${LEDGER_KEYS:-1:test-ledger-key-0123456789abcdef} \
-	LEDGER_WEBHOOK_SECRETS=$${LEDGER_WEBHOOK_SECRETS:-sandbox-pay:test-webhook-secret-0123456789} \
+# Test-only secrets, whatever the caller's environment holds (`make run` generates real ones
+# under var/). The tests take the same values, and scrub the rest, in tests/hermetic.py.
+TEST_ENV := SECRET_KEY=test-secret-key-0123456789abcdef \
+	LEDGER_KEYS=1:test-ledger-key-0123456789abcdef \
+	LEDGER_WEBHOOK_SECRETS=sandbox-pay:test-webhook-secret-0123456789 \
 	LEDGER_ENV_FILE=/nonexistent
+# The development stack (devstack/, not in the server's wheel): embedded PostgreSQL and Redis
+# when DATABASE_URL / REDIS_URL are unset.
+STACK := $(PY) -m devstack.stack
 
 .PHONY: run test bench crashtest drills demo lint install install-test clean
 
@@ -35,31 +39,31 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 run: install
-	$(PY) -m config.stack run
+	$(STACK) run
 
 test: install-test
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) -m pytest $(PYTEST_ARGS); \
+	$(TEST_ENV) $(STACK) exec -- $(PY) -m pytest $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 bench: install-test
 	$(PIP) install --quiet -e '.[bench]' || { echo "dbos did not install: the DBOS baselines need it" >&2; exit 1; }
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/lifecycle.py; a=$$?; \
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/recovery.py; b=$$?; \
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/pages.py; c=$$?; \
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/exports.py; d=$$?; \
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/payments.py; e=$$?; \
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) bench/statements.py; f=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/lifecycle.py; a=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/recovery.py; b=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/pages.py; c=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/exports.py; d=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/payments.py; e=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/statements.py; f=$$?; \
 	exit $$((a | b | c | d | e | f))
 
 # The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
 crashtest: install-test
-	$(TEST_ENV) $(PY) -m config.stack exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
+	$(TEST_ENV) $(STACK) exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
 
 # Fault drills under load, on a private PostgreSQL and Redis: each restarted, then the web
 # process SIGKILLed; prints the counts. DRILLS_ARGS, e.g. "--seconds 60 --outage 20".
 drills: install-test
-	$(TEST_ENV) $(PY) -m config.stack exec -- \
+	$(TEST_ENV) $(STACK) exec -- \
 	  $(PY) manage.py faultdrill postgres redis web $(DRILLS_ARGS)
 
 # The multi-agent demo, against a running `make run` (its settings come from var/run.env).
@@ -76,7 +80,7 @@ demo: install-test
 # directory instead).
 .PHONY: docs-screenshots
 docs-screenshots: install-test
-	LEDGER_DOCS_SCREENSHOTS=docs/screenshots $(TEST_ENV) $(PY) -m config.stack exec -- \
+	LEDGER_DOCS_SCREENSHOTS=docs/screenshots $(TEST_ENV) $(STACK) exec -- \
 	  $(PY) -m pytest tests/browser/test_docs_screenshots.py -q
 
 # The documentation site (docs/, Sphinx with MyST Markdown and Furo) into docs/_build/html. Warnings

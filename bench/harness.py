@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from config.stack import database_name, database_url, drop_database, fresh_database
+from devstack.provision import database_name, database_url, drop_database, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 Options = TypeVar("Options")

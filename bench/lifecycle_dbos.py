@@ -24,7 +24,7 @@ from bench.lifecycle_load import (
     _sample_window,
     run_process,
 )
-from config.stack import recreate_database
+from devstack.provision import recreate_database
 
 DBOS_GOAL = 1.0  # ledger lifecycles/s ÷ DBOS steps/s
 SCRIPT = ROOT / "bench" / "lifecycle.py"  # the child runs it with --dbos-worker

@@ -22,7 +22,8 @@ from bench.cpu import CpuWindow
 from bench.harness import ROOT, bench_database, fresh_bench_database, stop_group
 from bench.lifecycle_clients import Session
 from bench.report import percentile
-from config.stack import free_port, gunicorn_argv
+from devstack.embedded import free_port
+from devstack.web import gunicorn_argv
 
 MAX_ERROR_SAMPLES = 5
 BENCH_DB = "bench"  # the benchmark database: <DATABASE_URL's database>_bench

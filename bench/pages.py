@@ -88,7 +88,7 @@ from bench.pages_results import (
     write_report,
 )
 from bench.report import percentile
-from config.stack import manage
+from devstack.provision import manage
 
 
 @dataclass(frozen=True)

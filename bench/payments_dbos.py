@@ -26,7 +26,7 @@ from bench.harness import ROOT, LineChild, bench_database, drop_quietly
 from bench.lifecycle_load import OWN_DATABASES
 from bench.payments_loops import PROVIDER, PaymentError, ProviderClient, Round, run_round
 from bench.payments_loops import charge_request as make_request
-from config.stack import recreate_database
+from devstack.provision import recreate_database
 
 SCRIPT = ROOT / "bench" / "payments.py"
 READY, RESULT = "PAYBENCH-READY ", "PAYBENCH-RESULT "

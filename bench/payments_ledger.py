@@ -1,8 +1,8 @@
 """The ledger as the payment-loop benchmark runs it: the web server as `make run` starts it
-(gunicorn behind the front door, `config.web.web_services`), and the server's own time per call
+(gunicorn behind the front door, `devstack.web.web_services`), and the server's own time per call
 read from gunicorn's access log.
 
-The server is `config.web.web_services` with `make run`'s worker and thread counts
+The server is `devstack.web.web_services` with `make run`'s worker and thread counts
 (GUNICORN_WORKERS / GUNICORN_THREADS, default 2 × 4), `PYTHONUNBUFFERED=1`, a fresh
 `PROMETHEUS_MULTIPROC_DIR` and `LOG_LEVEL` INFO unless set, as `make run` gives them. The one
 addition is the access-log format: `make run` already writes an access line per request
@@ -26,8 +26,8 @@ from pathlib import Path
 from bench.harness import ROOT, stop_group
 from bench.lifecycle_load import Server, wait_healthy
 from bench.payments_loops import INTENT, OUTCOME
-from config.stack import free_port
-from config.web import web_services
+from devstack.embedded import free_port
+from devstack.web import web_services
 
 MARK = "PAYBENCH-ACCESS"
 ACCESS_FORMAT = f"{MARK} %(m)s %(U)s %(s)s %(D)s"

@@ -6,7 +6,7 @@ that honours keys); without a key it answers 400, so a contender that forgets th
 instead of being measured. Nothing is stored and nothing is awaited: the figures measure the
 record-keeping around the call, not the provider.
 
-Why not the repository's sandbox (`reconcilers/sandbox/payments.py`): it commits every charge
+Why not the repository's sandbox (`devstack/sandbox/payments.py`): it commits every charge
 to SQLite with `synchronous=FULL` (an fsync per charge) and may call webhooks back, which is
 right for the crash test and wrong for a provider that "answers at once".
 

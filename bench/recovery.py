@@ -67,7 +67,7 @@ from bench.harness import (
 from bench.recovery_escalation import run_escalation
 from bench.recovery_results import Options, Report, print_table, write_report
 from bench.recovery_run import claim_redis_db, release_redis_db, run_recovery
-from reconcilers.sandbox.launch import running
+from devstack.sandbox.launch import running
 
 
 def parse_args(argv: list[str]) -> Options:

@@ -19,8 +19,8 @@ from bench.harness import ROOT, sql_rows, stop_group
 from bench.recovery_profile import Timer, print_profile, profile_checker
 from bench.recovery_results import Options, Report, Row
 from bench.recovery_seed import RUN_ID, TOOL, Seeded, provider_transactions, seed
-from config.stack import manage_argv
-from reconcilers.sandbox.launch import SandboxProcess
+from devstack.provision import manage_argv
+from devstack.sandbox.launch import SandboxProcess
 
 RECOVERY_GOAL = 500.0  # effects resolved per second, two workers
 UNRESOLVED = ("dispatching", "awaiting_confirmation", "unknown")
@@ -129,7 +129,7 @@ def enqueue_work(opts: Options) -> str:
         )
     import django_rq
 
-    from reconcilers.queue import JOB_TIMEOUT, QUEUE
+    from reconcilers.jobqueue import JOB_TIMEOUT, QUEUE
 
     queue = django_rq.get_queue(QUEUE)
     jobs = math.ceil(opts.effects / opts.drain_limit) + opts.workers
@@ -148,7 +148,7 @@ def wait_resolved(
     from rq import Worker
     from rq.registry import FailedJobRegistry
 
-    from reconcilers.queue import QUEUE
+    from reconcilers.jobqueue import QUEUE
 
     start = time.perf_counter()
     print(f"  {enqueue_work(opts)}", flush=True)

@@ -49,7 +49,7 @@ from bench.harness import (
     setup_django,
 )
 from bench.report import machine_info, print_grid, write_result
-from config.stack import fresh_database
+from devstack.provision import fresh_database
 
 RESULT_FILE = ROOT / "var" / "bench" / "statements.json"
 WORK = ROOT / "var" / "bench" / "statements"
@@ -264,7 +264,9 @@ def measure(env: dict[str, str], which: str, path: Path) -> dict[str, Any]:
 def benchmark(opts: Options) -> int:
     base_url = os.environ.get("DATABASE_URL", "")
     if not base_url:
-        raise SystemExit("DATABASE_URL must be set (run it through `python -m config.stack exec`).")
+        raise SystemExit(
+            "DATABASE_URL must be set (run it through `python -m devstack.stack exec`)."
+        )
     name = bench_database(base_url, "bench_statements")
     print(f"Statement import benchmark on {os.cpu_count()} CPUs; database {name}.", flush=True)
     WORK.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""gunicorn settings shared by every gunicorn this project starts (`config.stack.gunicorn_argv`
+"""gunicorn settings shared by every gunicorn this project starts (`devstack.web.gunicorn_argv`
 passes `--config python:config.gunicorn_hooks`).
 
 prometheus_client's multiprocess mode keeps each worker's counters in files under

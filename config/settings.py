@@ -6,6 +6,7 @@ environment does not set, so `manage.py` commands work in a second shell.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -60,6 +61,10 @@ INSTALLED_APPS = [
     "reconcilers",
     "reviews",
 ]
+# The development stack and its harnesses (`manage.py crashtest`, `faultdrill`, `sandbox`):
+# there in a checkout, absent from the server's wheel, which then runs without them.
+if importlib.util.find_spec("devstack") is not None:
+    INSTALLED_APPS.append("devstack")
 
 MIDDLEWARE = [
     # Outermost, so that every response carries X-Request-ID and every log line its context.

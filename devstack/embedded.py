@@ -285,6 +285,12 @@ def _redis_executable() -> Path:
     return exe
 
 
+def _is_stack(cmdline: list[str]) -> bool:
+    """Whether a command line is a stack's: `python -m devstack.stack`, or `config.stack` as
+    it was called before it moved (a run started by the older code is not an orphan)."""
+    return any(module in cmdline for module in ("devstack.stack", "config.stack"))
+
+
 def _stop_orphaned_redis(redis_dir: Path, exe: Path) -> None:
     """Stop a redis-server of ours whose stack is gone (a killed run, off Linux)."""
     import psutil
@@ -294,7 +300,7 @@ def _stop_orphaned_redis(redis_dir: Path, exe: Path) -> None:
             proc = psutil.Process(int(pidfile.read_text().strip()))
             ours = Path(proc.exe()).resolve() == exe.resolve()
             parent = proc.parent()
-            orphaned = ours and (parent is None or "config.stack" not in parent.cmdline())
+            orphaned = ours and (parent is None or not _is_stack(parent.cmdline()))
         except (OSError, ValueError, psutil.Error):
             ours = orphaned = False
         if orphaned:

@@ -1,10 +1,10 @@
 """Run the Effect Ledger with everything it needs, on a bare machine.
 
-    python -m config.stack run              # `make run`: the whole service, until Ctrl-C
-    python -m config.stack exec -- CMD ...  # `make test`, `make bench`: CMD with servers up
+    python -m devstack.stack run              # `make run`: the whole service, until Ctrl-C
+    python -m devstack.stack exec -- CMD ...  # `make test`, `make bench`: CMD with servers up
 
 Both commands first make sure PostgreSQL and Redis are reachable: when `DATABASE_URL` or
-`REDIS_URL` is unset (or empty) an embedded server is started for it (see `config.embedded`)
+`REDIS_URL` is unset (or empty) an embedded server is started for it (see `devstack.embedded`)
 and the variable is set for the children; when it is set, it is used as is and nothing starts.
 Servers started here are stopped when the stack exits, however it exits (Ctrl-C, SIGTERM, an
 error, a child dying); if the stack itself is SIGKILLed, its children get SIGTERM from the
@@ -20,10 +20,11 @@ the servers and exits with CMD's exit code.
   * writes `var/run.env` with the URLs and secrets of this run, which `config/settings.py` reads
     as defaults, so `python manage.py ...` works from a second shell while the stack runs;
   * migrates, collects static files, loads `tools.toml`, creates the `demo` agent and the
-    `operator` admin if missing (their credentials are printed only when created);
+    `operator` admin if missing (their credentials are printed only when created;
+    `devstack.provision`);
   * starts the web server (gunicorn behind the buffering front door on HOST:PORT, see
-    `config.web`), an rq worker and the django-q cluster (plus `sandbox_services()`), and
-    supervises them (`config.supervisor`): one that dies is started again; one that dies more
+    `devstack.web`), an rq worker and the django-q cluster (plus `sandbox_services()`), and
+    supervises them (`devstack.supervisor`): one that dies is started again; one that dies more
     than five times in a minute stops the stack, which then exits non-zero.
 
 Environment read here: DATABASE_URL, REDIS_URL, HOST (default 127.0.0.1), PORT (default 8000),
@@ -36,103 +37,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import FrameType
-from urllib.parse import urlsplit, urlunsplit
 
-from config.embedded import ROOT, VAR, EmbeddedServers, say, spawn, stop_processes
 from config.envfile import read_env_file, write_env_file
-from config.supervisor import ChildDied, Service, Supervisor
-from config.web import gunicorn_argv as gunicorn_argv  # the tests and crash test use it from here
-from config.web import upstream_accepts, web_services
-from reconcilers.sandbox.launch import provider_argv
+from devstack.embedded import ROOT, VAR, EmbeddedServers, say, spawn, stop_processes
+from devstack.provision import manage_argv, prepare
+from devstack.sandbox.launch import provider_argv
+from devstack.signals import Shutdown, SignalGate, signal_exit_code
+from devstack.supervisor import ChildDied, Service, Supervisor
+from devstack.web import upstream_accepts, web_services
 
 SECRETS_FILE = VAR / "secrets.env"
 RUN_ENV_FILE = VAR / "run.env"
 SECRET_NAMES = ("SECRET_KEY", "LEDGER_KEYS", "LEDGER_WEBHOOK_SECRETS", "LEDGER_METRICS_TOKEN")
 RUN_ENV_NAMES = ("DATABASE_URL", "REDIS_URL", *SECRET_NAMES)
-DEMO_AGENT = "demo"
-DEMO_OPERATOR = "operator"
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL for each child
 STARTUP_TIMEOUT = 60.0  # seconds gunicorn may take to accept connections
-
-
-# --- Signals ---------------------------------------------------------------------------------
-
-
-class Shutdown(Exception):
-    """Raised out of whatever the stack is doing when SIGINT, SIGTERM or SIGHUP arrives."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class SignalGate:
-    """Turns stop signals into a `Shutdown` exception, but only where that is safe.
-
-    Inside `deferred()` a signal is remembered and raised on leaving the block, so a server
-    that has just started is always registered for stopping first. After `quiet()` (cleanup
-    has begun) signals are only remembered: a second Ctrl-C must not abort the cleanup, and the
-    SIGKILL after STOP_TIMEOUT bounds how long it takes. In `exec` mode, `forward_to()` makes
-    the gate pass SIGTERM/SIGHUP on to the foreground child instead.
-    """
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._depth = 0
-        self._quiet = False
-        self._child: subprocess.Popen[bytes] | None = None
-
-    def install(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is None:
-            self.received = signum
-        if self._child is not None:
-            # The child shares our terminal: Ctrl-C has reached it already, and sending SIGINT
-            # again would interrupt its own cleanup (pytest's teardown, say). Other stop
-            # signals were sent to us alone, so pass them on.
-            if signum != signal.SIGINT and self._child.poll() is None:
-                self._child.send_signal(signum)
-            return
-        if self._depth or self._quiet:
-            return
-        self._quiet = True
-        raise Shutdown(signum)
-
-    @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-        if not self._depth and self.received is not None and not self._quiet:
-            self._quiet = True
-            raise Shutdown(self.received)
-
-    def forward_to(self, child: subprocess.Popen[bytes] | None) -> None:
-        self._child = child
-
-    def quiet(self) -> None:
-        self._quiet = True
-        self._child = None
-
-
-def _signal_exit_code(signum: int) -> int:
-    return 128 + signum  # the shell's convention for "killed by signal N"
 
 
 # --- Secrets -------------------------------------------------------------------------------
@@ -170,40 +96,6 @@ def load_secrets(path: Path = SECRETS_FILE) -> dict[str, str]:
 # --- Child processes -------------------------------------------------------------------------
 
 
-def manage_argv(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "manage.py"), *args]
-
-
-class ManageFailed(RuntimeError):
-    def __init__(self, args: tuple[str, ...], returncode: int, output: str) -> None:
-        super().__init__(
-            f"manage.py {' '.join(args)} failed with exit code {returncode}"
-            + (f":\n{output}" if output else ".")
-        )
-        self.returncode = returncode
-
-
-def manage(env: dict[str, str], *args: str, stdin: str | None = None, capture: bool = True) -> str:
-    """Run a management command to the end in a process of its own and return its stdout.
-
-    `capture=False` lets its output through to the terminal (and returns ""): for the long
-    steps of `make run`, whose progress a person watches. A failure raises `ManageFailed`
-    with what the command printed, so that the caller's message says why.
-    """
-    done = subprocess.run(
-        manage_argv(*args),
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=capture,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise ManageFailed(args, done.returncode, f"{done.stdout or ''}{done.stderr or ''}")
-    return done.stdout or ""
-
-
 SANDBOX_PAYMENTS_PORT = 8101  # tools.toml points charge_card and refund_card here
 SANDBOX_MESSAGING_PORT = 8102
 
@@ -232,7 +124,7 @@ def app_services(host: str, port: int) -> list[Service]:
     )
     return [
         *sandbox_services(host, port),
-        *web,  # gunicorn, then the front door on host:port (config.web)
+        *web,  # gunicorn, then the front door on host:port (devstack.web)
         # Non-forking: a wake-up job is a few queries and one provider call, so forking per
         # job would cost more than the job.
         Service(
@@ -247,13 +139,6 @@ def app_services(host: str, port: int) -> list[Service]:
         ),
         Service("qcluster", manage_argv("qcluster")),
     ]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now, as the kernel picks one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _describe(cmd: object) -> str:
@@ -308,13 +193,10 @@ def _wait_for_http(
     )
 
 
-# --- One-off setup ---------------------------------------------------------------------------
-
-
 def fresh_metrics_dir(path: Path = VAR / "prometheus") -> Path:
     """An empty directory for the counters of every process of this run
-    (ledger.observability.metrics):
-    files a previous run left would otherwise be added to this run's counts."""
+    (`ledger.observability.metrics`): files a previous run left would otherwise be added to
+    this run's counts."""
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
@@ -322,98 +204,11 @@ def fresh_metrics_dir(path: Path = VAR / "prometheus") -> Path:
     return path
 
 
-_EXISTING = (
-    "import json; from django.contrib.auth.models import User; from ledger.models import Agent; "
-    f"print(json.dumps([Agent.objects.filter(name={DEMO_AGENT!r}).exists(), "
-    f"User.objects.filter(username={DEMO_OPERATOR!r}).exists()]))"
-)
-
-
-def prepare(env: dict[str, str]) -> None:
-    """Bring the database up to date and make sure there is someone to sign in as."""
-    for args in (
-        ("migrate", "--noinput"),
-        ("collectstatic", "--noinput"),
-        ("loadtools", str(ROOT / "tools.toml")),
-    ):
-        say(f"manage.py {' '.join(args)}")
-        manage(env, *args, capture=False)
-
-    # One Django start-up answers both questions; the last stdout line is the answer.
-    lines = manage(env, "shell", "-c", _EXISTING).strip().splitlines()
-    agent_exists, operator_exists = json.loads(lines[-1])
-
-    if not agent_exists:
-        output = manage(env, "createagent", DEMO_AGENT, "--label", "created by make run")
-        words = output.split()
-        key = next((word for word in words if word.startswith("elk_")), words[-1])
-        print(f"\nDemo agent key (shown once): {key}\n", flush=True)
-    if not operator_exists:
-        password = secrets.token_urlsafe(18)
-        # createoperator reads the password from stdin when stdin is not a terminal.
-        manage(env, "createoperator", DEMO_OPERATOR, "--role", "admin", stdin=password)
-        print(f"\nDemo operator: {DEMO_OPERATOR} / {password} (shown once)\n", flush=True)
-
-
-# --- Databases of their own (the benchmarks, the crash test) --------------------------------
-
-
-def database_url(url: str, name: str) -> str:
-    """`url` pointing at database `name` instead (user, host, port and query kept)."""
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
-def database_name(url: str) -> str:
-    name = urlsplit(url).path.lstrip("/")
-    if not name:
-        raise SystemExit("DATABASE_URL names no database")
-    return name
-
-
-def drop_database(base_url: str, name: str) -> None:
-    """Drop database `name` on the server of `base_url`, closing whatever is connected to it."""
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(database_url(base_url, "postgres"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-
-
-def recreate_database(base_url: str, name: str) -> str:
-    """Database `name`, empty, on the server of `base_url` (dropped first if it exists).
-    Returns its URL."""
-    import psycopg
-    from psycopg import sql
-
-    drop_database(base_url, name)
-    with psycopg.connect(database_url(base_url, "postgres"), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return database_url(base_url, name)
-
-
-def fresh_database(
-    env: dict[str, str],
-    name: str,
-    *,
-    tools: Path = ROOT / "tools.toml",
-    agents: Sequence[str] = (),
-) -> tuple[dict[str, str], list[str]]:
-    """Database `name` on the server of env's DATABASE_URL, created afresh, migrated, with
-    `tools` declared and `agents` created. Returns `env` pointing at it, and the agents' keys
-    (createagent prints the key last)."""
-    env = {**env, "DATABASE_URL": recreate_database(env["DATABASE_URL"], name)}
-    manage(env, "migrate", "--noinput", "--verbosity", "0")
-    manage(env, "loadtools", str(tools))
-    keys = [manage(env, "createagent", agent).strip().splitlines()[-1] for agent in agents]
-    return env, keys
-
-
 # --- Commands --------------------------------------------------------------------------------
 
 
-def run() -> int:
+def _listen_address() -> tuple[str, int] | int:
+    """HOST and PORT of the front door, or the exit code when they cannot be used."""
     host = os.environ.get("HOST") or "127.0.0.1"
     try:
         port = int(os.environ.get("PORT") or "8000")
@@ -423,44 +218,63 @@ def run() -> int:
     if not _port_free(host, port):
         say(f"Port {port} on {host} is in use; stop what holds it or set PORT.")
         return 1
+    return host, port
 
+
+def _run_env(servers: EmbeddedServers, gate: SignalGate) -> dict[str, str]:
+    """The children's environment: the caller's, the stored secrets where it has none, the
+    servers' URLs (starting embedded ones as needed), written to var/run.env for a second
+    shell, and a fresh directory for the counters."""
+    env = dict(os.environ)
+    for name, value in load_secrets().items():
+        if not env.get(name):
+            env[name] = value
+    servers.start(env, guard=gate.deferred)
+    write_env_file(
+        RUN_ENV_FILE,
+        {name: env[name] for name in RUN_ENV_NAMES},
+        "Written by `make run` for `manage.py` in another shell; the URLs only work while it runs.",
+    )
+    env.setdefault("PYTHONUNBUFFERED", "1")  # child logs appear as they happen
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(fresh_metrics_dir())
+    return env
+
+
+def _serve(
+    supervisor: Supervisor, servers: EmbeddedServers, gate: SignalGate, host: str, port: int
+) -> None:
+    """Start the app's processes, say where it answers, then supervise until a signal
+    (`Shutdown`) or a child that keeps dying (`ChildDied`)."""
+    for service in app_services(host, port):
+        with gate.deferred():  # started means registered for stopping
+            say(f"starting {service.name}")
+            supervisor.start(service)
+    _wait_for_http(host, port, supervisor, servers)
+    base = f"http://{_bracket(host)}:{port}"
+    print(
+        f"\nEffect Ledger is running at {base}/ — API docs: {base}/api/v1/docs\n"
+        "Press Ctrl-C to stop.\n",
+        flush=True,
+    )
+    while True:
+        _check_children(supervisor, servers)
+        time.sleep(0.5)
+
+
+def run() -> int:
+    address = _listen_address()
+    if isinstance(address, int):
+        return address
+    host, port = address
     gate = SignalGate()
     gate.install()
     servers = EmbeddedServers()
     supervisor: Supervisor | None = None
     try:
-        env = dict(os.environ)
-        for name, value in load_secrets().items():
-            if not env.get(name):
-                env[name] = value
-        servers.start(env, guard=gate.deferred)
-        write_env_file(
-            RUN_ENV_FILE,
-            {name: env[name] for name in RUN_ENV_NAMES},
-            "Written by `make run` for `manage.py` in another shell; the URLs only work while "
-            "it runs.",
-        )
-        env.setdefault("PYTHONUNBUFFERED", "1")  # child logs appear as they happen
-        env["PROMETHEUS_MULTIPROC_DIR"] = str(fresh_metrics_dir())
-
+        env = _run_env(servers, gate)
         prepare(env)
-
         supervisor = Supervisor(env, ROOT)
-        for service in app_services(host, port):
-            with gate.deferred():  # started means registered for stopping
-                say(f"starting {service.name}")
-                supervisor.start(service)
-        _wait_for_http(host, port, supervisor, servers)
-        base = f"http://{_bracket(host)}:{port}"
-        print(
-            f"\nEffect Ledger is running at {base}/ — API docs: {base}/api/v1/docs\n"
-            "Press Ctrl-C to stop.\n",
-            flush=True,
-        )
-
-        while True:  # supervise until a signal (Shutdown) or repeated deaths (ChildDied)
-            _check_children(supervisor, servers)
-            time.sleep(0.5)
+        _serve(supervisor, servers, gate, host, port)
     except Shutdown as stop:
         say(f"{stop}: stopping.")
         return 0
@@ -481,13 +295,32 @@ def run() -> int:
         say("stopped.")
 
 
+def _start_foreground(
+    cmd: list[str], env: dict[str, str], gate: SignalGate
+) -> subprocess.Popen[bytes]:
+    """CMD in the same process group as the stack: it keeps the terminal (pytest --pdb works)
+    and gets Ctrl-C directly; the gate passes it SIGTERM and SIGHUP."""
+    with gate.deferred():
+        child = spawn(cmd, env=env, own_group=False)
+        gate.forward_to(child)
+    return child
+
+
+def _stop_foreground(child: subprocess.Popen[bytes] | None) -> None:
+    if child is not None and child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
 def exec_command(cmd: list[str]) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        say("exec needs a command: python -m config.stack exec -- CMD [ARGS...]")
+        say("exec needs a command: python -m devstack.stack exec -- CMD [ARGS...]")
         return 2
-
     gate = SignalGate()
     gate.install()
     servers = EmbeddedServers()
@@ -495,20 +328,16 @@ def exec_command(cmd: list[str]) -> int:
     try:
         env = dict(os.environ)
         servers.start(env, guard=gate.deferred)
-        with gate.deferred():
-            try:
-                # Same process group as the stack: CMD keeps the terminal (pytest --pdb works)
-                # and gets Ctrl-C directly.
-                child = spawn(cmd, env=env, own_group=False)
-            except OSError as exc:
-                say(f"cannot run {cmd[0]}: {exc}")
-                return 127
-            gate.forward_to(child)
+        try:
+            child = _start_foreground(cmd, env, gate)
+        except OSError as exc:
+            say(f"cannot run {cmd[0]}: {exc}")
+            return 127
         returncode = child.wait()
-        return returncode if returncode >= 0 else _signal_exit_code(-returncode)
+        return returncode if returncode >= 0 else signal_exit_code(-returncode)
     except Shutdown as stop:
         say(f"{stop}: stopping.")
-        return _signal_exit_code(stop.signum)
+        return signal_exit_code(stop.signum)
     except subprocess.CalledProcessError as exc:
         say(f"could not start the servers: {_describe(exc.cmd)} failed ({exc.returncode}).")
         return 1
@@ -517,18 +346,13 @@ def exec_command(cmd: list[str]) -> int:
         return 1
     finally:
         gate.quiet()
-        if child is not None and child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        _stop_foreground(child)
         servers.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m config.stack",
+        prog="python -m devstack.stack",
         description="Run the Effect Ledger, starting embedded PostgreSQL/Redis when "
         "DATABASE_URL/REDIS_URL are unset.",
     )

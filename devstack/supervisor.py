@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.embedded import say, spawn
+from devstack.embedded import say, spawn
 
 RESTART_LIMIT = 5
 RESTART_WINDOW = 60.0

@@ -18,9 +18,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from config.embedded import VAR
 from config.frontdoor import UPSTREAM_KEEPALIVE
-from config.supervisor import Service
+from devstack.embedded import VAR
+from devstack.supervisor import Service
 
 WEB_APP = "config.wsgi:application"
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux

@@ -18,9 +18,9 @@ class ReconcilersConfig(AppConfig):
         post_migrate.connect(_ensure_schedules, sender=apps.get_app_config("django_q"))
         # The ledger announces effects that are due; this app turns that into rq jobs.
         from ledger.effects.wakeups import checks_due
-        from reconcilers.queue import on_checks_due
+        from reconcilers.jobqueue import on_checks_due
 
-        checks_due.connect(on_checks_due, dispatch_uid="reconcilers.queue.on_checks_due")
+        checks_due.connect(on_checks_due, dispatch_uid="reconcilers.jobqueue.on_checks_due")
         # What loadtools cannot know without the adapters.
         from ledger.policy.toolfile import ADAPTER_CHECKS
         from reconcilers.registry import check_tool

@@ -22,7 +22,7 @@ from ledger.effects.transitions import claim
 from ledger.errors import AttemptsExhausted, Refused, StaleLease
 from ledger.models import Effect, Reason, Tool
 from ledger.policy.tools import policy_for
-from reconcilers.queue import enqueue, fresh_connection
+from reconcilers.jobqueue import enqueue, fresh_connection
 from reconcilers.registry import EXECUTING, adapter_for, executes
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reconcilers.queue import fresh_connection
+from reconcilers.jobqueue import fresh_connection
 from reconcilers.reconcile import process_many, process_next
 
 # Effects taken and checked together: one UPDATE to take them, their lookups side by side.

@@ -11,7 +11,7 @@ from django.db import connection
 from ledger.effects.states import CHECKED, Status, sql_list
 from ledger.models import Effect
 from reconcilers.execution import redrive_executions
-from reconcilers.queue import enqueue_now
+from reconcilers.jobqueue import enqueue_now
 
 log = logging.getLogger(__name__)
 

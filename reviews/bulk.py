@@ -46,7 +46,7 @@ from django.db.models.functions import Now
 
 from ledger.errors import Refused, ValidationFailed
 from ledger.models import Reason, ReviewItem
-from reconcilers.queue import enqueue, fresh_connection
+from reconcilers.jobqueue import enqueue, fresh_connection
 from reviews import decisions
 from reviews.access import can_act
 from reviews.approvals import waits_for_second_pair

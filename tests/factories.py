@@ -16,7 +16,9 @@ import httpx
 from django.db import connection
 from django.test import Client
 
-from config.stack import database_url, free_port, gunicorn_argv
+from devstack.embedded import free_port
+from devstack.provision import database_url
+from devstack.web import gunicorn_argv
 from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import record_event
 from ledger.models import Effect, EffectEvent, Reason, ReviewItem

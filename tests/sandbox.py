@@ -6,7 +6,7 @@
         payments_provider.http.post("/charges", json={...}, headers={"Idempotency-Key": k})
         assert len(payments_provider.transactions()) == 1
 
-Each provider runs as `python -m reconcilers.sandbox.<name>` on a free port with its own
+Each provider runs as `python -m devstack.sandbox.<name>` on a free port with its own
 SQLite store in the test's temporary directory; startup takes about a quarter of a second,
 so the fixtures are per test and no state leaks between tests.
 """
@@ -22,7 +22,7 @@ from typing import Any, Self
 import httpx
 import pytest
 
-from reconcilers.sandbox.launch import SandboxProcess
+from devstack.sandbox.launch import SandboxProcess
 
 
 class SandboxProvider(SandboxProcess):

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reconcilers.crashtest.report import compare
-from reconcilers.crashtest.worker import WORKER_POINTS
+from devstack.crashtest.report import compare
+from devstack.crashtest.worker import WORKER_POINTS
 
 ROOT = Path(__file__).resolve().parent.parent
 # The run's own Redis database (emptied first); another one where several people share a Redis.

@@ -29,7 +29,7 @@ DOCS = ROOT / "docs"
 
 # Where citations are looked for.
 MARKDOWN_FILES = ("README.md", "bench/README.md", "client/README.md")
-CODE_DIRS = ("ledger", "reconcilers", "reviews", "config", "client", "bench", "tests")
+CODE_DIRS = ("ledger", "reconcilers", "reviews", "config", "devstack", "client", "bench", "tests")
 
 # A repository path: segments joined by "/", ending in a file name with one of these extensions.
 # Nothing word-like, no "/", "~" or ":" may stand right before it, so the path of a URL or of a

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 import pytest
 
-from config.embedded import EmbeddedPostgres
+from devstack.embedded import EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """/metrics under gunicorn with two workers: whichever worker answers a scrape, the counters
 are the sum over both, and a worker that dies takes none of its counts with it.
 
-Real gunicorn (as `make run` starts it, through `config.stack.gunicorn_argv`) on the test
+Real gunicorn (as `make run` starts it, through `devstack.web.gunicorn_argv`) on the test
 database, with PROMETHEUS_MULTIPROC_DIR pointing at a directory of the test's own.
 """
 

@@ -25,7 +25,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from config.stack import database_url, free_port, gunicorn_argv
+from devstack.embedded import free_port
+from devstack.provision import database_url
+from devstack.web import gunicorn_argv
 from ledger.models import Agent
 from ledger.policy import agentkeys, configversion
 from ledger.policy.agentkeys import issue_key

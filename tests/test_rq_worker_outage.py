@@ -17,7 +17,7 @@ import pytest
 import redis
 from rq import Queue
 
-from reconcilers.drills.servers import RestartableRedis
+from devstack.drills.servers import RestartableRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB_SECONDS = 2.0

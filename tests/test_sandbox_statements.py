@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from devstack.sandbox.statements import micros
 from ledger.effects.recovery import database_now
 from ledger.models import StatementImport, Tool
-from reconcilers.sandbox.statements import micros
 from reconcilers.statement_fetch import (
     StatementFetchError,
     fetch_due_statements,

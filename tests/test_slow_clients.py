@@ -1,8 +1,8 @@
 """Slow clients cannot starve the web server: `/health` answers within a second while 64
 connections trickle their headers one byte at a time.
 
-The web server is started as `make run` starts it (`config.web.web_services`, which
-`config.stack.app_services` uses, with its default 2 workers × 4 threads: gunicorn on a Unix
+The web server is started as `make run` starts it (`devstack.web.web_services`, which
+`devstack.stack.app_services` uses, with its default 2 workers × 4 threads: gunicorn on a Unix
 socket behind the front door) on the test database, on loopback. Served by gunicorn alone, the
 64 connections hold all eight threads and `/health` is not answered at all.
 """
@@ -22,8 +22,10 @@ import pytest
 from django.db import connection
 
 from config.frontdoor import HEAD_TIMEOUT
-from config.stack import app_services, database_url, free_port
-from config.web import web_services
+from devstack.embedded import free_port
+from devstack.provision import database_url
+from devstack.stack import app_services
+from devstack.web import web_services
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_CLIENTS = 64

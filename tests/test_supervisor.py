@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from config.supervisor import RESTART_LIMIT, ChildDied, Service, Supervisor
+from devstack.supervisor import RESTART_LIMIT, ChildDied, Service, Supervisor
 from tests.conftest import ROOT
 
 # A leader that starts a grandchild in its own process group, as gunicorn starts its workers,

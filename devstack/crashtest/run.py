@@ -1,17 +1,17 @@
 """The crash test's conductor: a fresh database, the ledger's web process, an rq worker and a
 sweeper (the production path of reconciliation), the sandbox payments provider and several
 workflow workers, all real processes; SIGKILLs at every named point; restarts; then the
-verdict of `reconcilers.crashtest.report`. Options make it a topology of several hosts'
+verdict of `devstack.crashtest.report`. Options make it a topology of several hosts'
 processes on one PostgreSQL and one Redis: N gunicorn instances (the workers spread across
 them, failing over as behind a load balancer), M rq workers and a django-q2 cluster.
 
-Crash points: the four in the workers (`reconcilers.crashtest.worker`), plus the ledger's web
+Crash points: the four in the workers (`devstack.crashtest.worker`), plus the ledger's web
 process and the rq worker, killed at random moments and restarted. A killed worker restarts at
 once in recovery mode (POST /recovery, then its workflows again). Leases are short (2 s) and the
 charge tool's `settle_after` is 3 s, so a run with a hundred crashes takes a minute or two.
 
 The provider (`--provider`) is one of three, each with the charge tool declared as it allows
-(`reconcilers.harness.CHARGE_TOOLS`):
+(`devstack.harness.CHARGE_TOOLS`):
 
 | provider      | sandbox            | what settles what a crash left uncertain                  |
 | ------------- | ------------------ | --------------------------------------------------------- |
@@ -48,28 +48,23 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psycopg
 
-from config.stack import (
-    database_name,
-    free_port,
-    fresh_database,
-    gunicorn_argv,
-    manage,
-    manage_argv,
-)
-from ledger.effects.states import Kind, Status, sql_list
-from ledger.models import Effect, EffectEvent, ReviewItem
-from ledger.statements.apply import ACTOR as STATEMENTS
-from reconcilers.crashtest.report import Verdict, compare
-from reconcilers.crashtest.worker import LEASE_SECONDS, WORKER_POINTS
-from reconcilers.harness import (
+from devstack.crashtest.report import Verdict, compare
+from devstack.crashtest.worker import LEASE_SECONDS, WORKER_POINTS
+from devstack.embedded import free_port
+from devstack.harness import (
     SETTLE_AFTER_SECONDS,
     STATEMENT_SKEW_SECONDS,
     Processes,
     charge_tool_file,
     wait_healthy,
 )
+from devstack.provision import database_name, fresh_database, manage, manage_argv
+from devstack.sandbox.launch import SandboxProcess
+from devstack.web import gunicorn_argv
+from ledger.effects.states import Kind, Status, sql_list
+from ledger.models import Effect, EffectEvent, ReviewItem
+from ledger.statements.apply import ACTOR as STATEMENTS
 from reconcilers.reconcile import ACTOR as RECONCILER
-from reconcilers.sandbox.launch import SandboxProcess
 from reconcilers.statement_fetch import fetch_sandbox_statement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +79,7 @@ REVIEW_ITEMS = ReviewItem._meta.db_table
 KEYS, LOOKUP_ONLY, STATEMENT = "keys", "lookup-only", "statement"
 PROVIDERS = (KEYS, LOOKUP_ONLY, STATEMENT)
 # The sandbox's flags for each provider, and how long a worker's call to it may take: in the
-# last two, the tool's call_timeout (`reconcilers.harness.CHARGE_TOOLS`).
+# last two, the tool's call_timeout (`devstack.harness.CHARGE_TOOLS`).
 PROVIDER_ARGS = {KEYS: (), LOOKUP_ONLY: ("--reference-only",), STATEMENT: ("--ignore-keys",)}
 PROVIDER_TIMEOUT = {KEYS: 5.0, LOOKUP_ONLY: 2.0, STATEMENT: 2.0}
 # How long after the last claim a statement is final for every dispatch window (claim − skew
@@ -384,7 +379,7 @@ class Workers:
         workflows: int,
     ) -> None:
         self.stack, self.opts, self.rng, self.names = stack, opts, rng, names
-        self.argv = [sys.executable, "-m", "reconcilers.crashtest.worker", str(plan_file)]
+        self.argv = [sys.executable, "-m", "devstack.crashtest.worker", str(plan_file)]
         self.crash_dir = crash_dir
         self.workflows = workflows
         self.infra: Counter[str] = Counter()

@@ -2,7 +2,7 @@
 the provider with the effect's idempotency key, and reports the outcome, and that kills itself
 with SIGKILL at the crash points its plan names.
 
-    python -m reconcilers.crashtest.worker PLAN.json NAME
+    python -m devstack.crashtest.worker PLAN.json NAME
 
 It speaks only HTTP (the agent API and the provider), never imports Django, and keeps nothing
 in memory that matters: a restarted worker calls POST /recovery and carries on. Every call to

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import psycopg
 
+from devstack.drills.load import HANG_LIMIT, Api, Call, Intent
 from ledger.effects.states import Status
 from ledger.models import Effect
-from reconcilers.drills.load import HANG_LIMIT, Api, Call, Intent
 
 POLL = 0.25
 

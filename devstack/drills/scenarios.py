@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from reconcilers.drills.checks import (
+from devstack.drills.checks import (
     answer_counts,
     ledger_counts,
     post_unknown,
@@ -43,11 +43,11 @@ from reconcilers.drills.checks import (
     stored_effects,
     wait_confirmed,
 )
-from reconcilers.drills.load import HANG_LIMIT, Api, Call, Intent, Load
-from reconcilers.drills.report import DrillReport
-from reconcilers.drills.servers import DrillServers
-from reconcilers.drills.services import QCLUSTER, RQ_WORKER, SERVICES, WEB, DrillStack
-from reconcilers.harness import ROOT
+from devstack.drills.load import HANG_LIMIT, Api, Call, Intent, Load
+from devstack.drills.report import DrillReport
+from devstack.drills.servers import DrillServers
+from devstack.drills.services import QCLUSTER, RQ_WORKER, SERVICES, WEB, DrillStack
+from devstack.harness import ROOT
 
 DRILLS = ("postgres", "redis", "web")
 SWEEP, ESCALATION = "reconciliation-sweep", "escalation"

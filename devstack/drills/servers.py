@@ -1,13 +1,13 @@
 """The PostgreSQL and Redis a drill may stop and start: private ones under the drill's own
 directory, never the machine's (other people's tests use those). They are the embedded servers
-of `make run` (`config.embedded`), kept restartable at the same address."""
+of `make run` (`devstack.embedded`), kept restartable at the same address."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from config.embedded import EmbeddedPostgres, EmbeddedRedis, _redis_executable
+from devstack.embedded import EmbeddedPostgres, EmbeddedRedis, _redis_executable
 
 
 class RestartableRedis(EmbeddedRedis):

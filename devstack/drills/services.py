@@ -1,5 +1,5 @@
-"""The ledger's processes for a drill, started as `make run` starts them (`config.stack`):
-gunicorn behind the front door (`config.web`), the non-forking rq worker and the django-q2
+"""The ledger's processes for a drill, started as `make run` starts them (`devstack.stack`):
+gunicorn behind the front door (`devstack.web`), the non-forking rq worker and the django-q2
 cluster, plus a sandbox payments provider of the drill's own for the reconciler's lookups."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import psutil
 
-from config.embedded import stop_processes
-from config.stack import app_services, free_port, fresh_database
-from reconcilers.harness import Processes, charge_tool_file, wait_healthy
-from reconcilers.sandbox.launch import SandboxProcess
+from devstack.embedded import free_port, stop_processes
+from devstack.harness import Processes, charge_tool_file, wait_healthy
+from devstack.provision import fresh_database
+from devstack.sandbox.launch import SandboxProcess
+from devstack.stack import app_services
 
 WEB, FRONTDOOR, RQ_WORKER, QCLUSTER = "gunicorn", "frontdoor", "rqworker", "qcluster"
 SERVICES = (WEB, FRONTDOOR, RQ_WORKER, QCLUSTER)  # in start order
@@ -59,7 +60,7 @@ class DrillStack(Processes):
         process group, then start it again. Orphaned workers of a killed master keep the
         listening socket (and serve their keep-alive connections) for up to gunicorn's
         graceful timeout, 30 s, and a new master cannot bind until they are gone; systemd's
-        default control-group kill and `config.supervisor` (`make run`) clear them the
+        default control-group kill and `devstack.supervisor` (`make run`) clear them the
         same way."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.procs[WEB].pid, signal.SIGKILL)

@@ -4,5 +4,5 @@
 a mail/SMS API with neither. Each runs in its own process with its own SQLite store, so a
 test, the crash test or `make run` can kill the ledger (or the provider) and look at what the
 outside world really did. They use only the standard library and never import Django, so they
-start in a fraction of a second: `python -m reconcilers.sandbox.payments --port 0`.
+start in a fraction of a second: `python -m devstack.sandbox.payments --port 0`.
 """

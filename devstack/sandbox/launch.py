@@ -23,7 +23,7 @@ from time import monotonic
 from typing import Self
 
 ROOT = Path(__file__).resolve().parents[2]
-# The line `reconcilers.sandbox.service.serve` prints once the socket is bound.
+# The line `devstack.sandbox.service.serve` prints once the socket is bound.
 READY = re.compile(r"sandbox \w+ listening on (http://\S+:(\d+))")
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
@@ -31,7 +31,7 @@ STOP_TIMEOUT = 5.0
 
 def provider_argv(name: str, port: int, *args: str) -> list[str]:
     """The command line of provider `name` ("payments", "messaging"); port 0: a free one."""
-    return [sys.executable, "-m", f"reconcilers.sandbox.{name}", "--port", str(port), *args]
+    return [sys.executable, "-m", f"devstack.sandbox.{name}", "--port", str(port), *args]
 
 
 class SandboxProcess:

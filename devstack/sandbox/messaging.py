@@ -4,7 +4,7 @@ Like many real ones, it has no idempotency keys (an `Idempotency-Key` header is 
 every POST sends another message) and no way to ask what was sent. After a lost response
 nobody but a human can tell whether the message went out: the ledger's `unsafe` case.
 
-    python -m reconcilers.sandbox.messaging --port 8102
+    python -m devstack.sandbox.messaging --port 8102
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from reconcilers.sandbox.faults import Faults
-from reconcilers.sandbox.service import HttpError, Provider, Reply, Request, main, new_id
+from devstack.sandbox.faults import Faults
+from devstack.sandbox.service import HttpError, Provider, Reply, Request, main, new_id
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (

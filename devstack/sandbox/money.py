@@ -8,7 +8,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from reconcilers.sandbox.service import HttpError
+from devstack.sandbox.service import HttpError
 
 MAX_AMOUNT = Decimal("99999999.99")  # what a card network would accept in one charge
 CENTS = Decimal("0.01")

@@ -4,9 +4,9 @@ It honours `Idempotency-Key` (same key and body → the same charge again, 200 w
 `Idempotent-Replayed: true`; same key, other body → 409), can be asked for a charge by id or
 by key, refunds charges without ever refunding more than was charged, can confirm charges
 asynchronously (202 `pending` now, `succeeded` plus a signed webhook later), and serves
-statements of what it did (`reconcilers.sandbox.statements`).
+statements of what it did (`devstack.sandbox.statements`).
 
-    python -m reconcilers.sandbox.payments --port 8101 [--async-mode --webhook-url URL]
+    python -m devstack.sandbox.payments --port 8101 [--async-mode --webhook-url URL]
 
 Two faults make it a provider with less to offer: `--ignore-keys` (no keys at all: neither
 deduplication nor a search by key) and `--reference-only` (the key is kept as a reference and
@@ -29,9 +29,9 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from reconcilers.sandbox.faults import Faults
-from reconcilers.sandbox.money import format_amount, invalid, parse_amount
-from reconcilers.sandbox.service import (
+from devstack.sandbox.faults import Faults
+from devstack.sandbox.money import format_amount, invalid, parse_amount
+from devstack.sandbox.service import (
     HttpError,
     Options,
     Provider,
@@ -40,10 +40,10 @@ from reconcilers.sandbox.service import (
     main,
     new_id,
 )
-from reconcilers.sandbox.statements import statement
-from reconcilers.sandbox.store import Store
-from reconcilers.sandbox.webhooks import SCHEMA as WEBHOOK_SCHEMA
-from reconcilers.sandbox.webhooks import WebhookSender, deliveries
+from devstack.sandbox.statements import statement
+from devstack.sandbox.store import Store
+from devstack.sandbox.webhooks import SCHEMA as WEBHOOK_SCHEMA
+from devstack.sandbox.webhooks import WebhookSender, deliveries
 
 SCHEMA = (
     """

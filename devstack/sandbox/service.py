@@ -30,7 +30,7 @@ from types import FrameType
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from reconcilers.sandbox.faults import (
+from devstack.sandbox.faults import (
     GARBAGE,
     METHODS,
     FaultError,
@@ -39,7 +39,7 @@ from reconcilers.sandbox.faults import (
     mistyped,
     parse,
 )
-from reconcilers.sandbox.store import Store
+from devstack.sandbox.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 1_000_000
@@ -441,7 +441,7 @@ def serve(provider: Provider) -> None:
 
 def main(provider: type[Provider], argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog=f"python -m reconcilers.sandbox.{provider.name}",
+        prog=f"python -m devstack.sandbox.{provider.name}",
         description=(provider.__doc__ or "").split("\n")[0],
     )
     add_arguments(parser, payments=provider.takes_async)

@@ -20,9 +20,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from reconcilers.sandbox.money import format_amount, invalid
-from reconcilers.sandbox.service import Reply
-from reconcilers.sandbox.store import Store
+from devstack.sandbox.money import format_amount, invalid
+from devstack.sandbox.service import Reply
+from devstack.sandbox.store import Store
 
 COLUMNS = ("provider_ref", "reference", "amount", "currency", "status", "occurred_at", "type")
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}

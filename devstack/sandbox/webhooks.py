@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from reconcilers.sandbox.store import Store
+from devstack.sandbox.store import Store
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS webhook_deliveries (

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reconcilers.crashtest.run import KEYS, PROVIDERS, Options, run
+from devstack.crashtest.run import KEYS, PROVIDERS, Options, run
 
 
 class Command(BaseCommand):

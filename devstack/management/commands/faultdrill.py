@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reconcilers.drills.scenarios import DRILLS, LOGS, Size, run
+from devstack.drills.scenarios import DRILLS, LOGS, Size, run
 
 
 class Command(BaseCommand):

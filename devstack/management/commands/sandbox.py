@@ -1,7 +1,7 @@
 """`manage.py sandbox payments|messaging`: run a sandbox provider until SIGTERM or SIGINT.
 
 Django only parses the arguments here; the provider itself is plain standard library and
-runs the same as `python -m reconcilers.sandbox.<name>`.
+runs the same as `python -m devstack.sandbox.<name>`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reconcilers.sandbox.faults import FaultError
-from reconcilers.sandbox.messaging import MessagingProvider
-from reconcilers.sandbox.payments import PaymentsProvider
-from reconcilers.sandbox.service import ASYNC_OPTIONS, Provider, add_arguments, options_from, serve
+from devstack.sandbox.faults import FaultError
+from devstack.sandbox.messaging import MessagingProvider
+from devstack.sandbox.payments import PaymentsProvider
+from devstack.sandbox.service import ASYNC_OPTIONS, Provider, add_arguments, options_from, serve
 
 PROVIDERS: dict[str, type[Provider]] = {
     provider.name: provider for provider in (PaymentsProvider, MessagingProvider)
