@@ -2,13 +2,6 @@
 its own (tests/hermetic.py, loaded first with `-p`). Its fixtures are plugins grouped by domain
 (tests/fixtures/); what test modules import is in tests/helpers.py and tests/factories.py."""
 
-from __future__ import annotations
-
-# Until every test module imports these from tests.helpers.
-from tests.helpers import PASSWORD, ROOT, AgentClient, assert_error, events_of, expire_lease
-
-__all__ = ["PASSWORD", "ROOT", "AgentClient", "assert_error", "events_of", "expire_lease"]
-
 pytest_plugins = [
     "tests.fixtures.isolation",
     "tests.fixtures.effects",

@@ -1,4 +1,5 @@
-"""Helpers that several test modules build on; fixtures live in conftest.py."""
+"""Builders that several test modules use: rows in given states, provider calls, a gunicorn on
+the test database. Fixtures are plugins under tests/fixtures/; the basics in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ from devstack.web import gunicorn_argv
 from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import record_event
 from ledger.models import Effect, EffectEvent, Reason, ReviewItem
-from tests.conftest import ROOT, events_of
+from tests.helpers import ROOT, events_of
 
 if TYPE_CHECKING:
-    from tests.sandbox import SandboxProvider
+    from tests.fixtures.providers import SandboxProvider
 
 CHARGE = {"amount": "10.00", "currency": "EUR", "account": "acct_42"}
 # charge_card's settle_after in tools.toml is 2 minutes: a lease that ran out 3 minutes ago

@@ -40,7 +40,7 @@ class CapturedLogs(logging.Handler):
 
 def known_secrets() -> list[str]:
     """The secret values of this run: the settings' keys and the personas' password."""
-    from tests.conftest import PASSWORD
+    from tests.helpers import PASSWORD
 
     values = [settings.SECRET_KEY, PASSWORD]
     values += [secret.decode() for secret in settings.LEDGER_KEYS.values()]

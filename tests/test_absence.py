@@ -16,8 +16,8 @@ from ledger.effects.recovery import database_now
 from ledger.models import Halt, ReviewItem
 from reconcilers.reconcile import process_one
 from reconcilers.tailcheck import run_due
-from tests.conftest import assert_error, events_of
 from tests.factories import SETTLED, charge_at, checks_of, reviews_of, stored
+from tests.helpers import assert_error, events_of
 from tests.test_reconcile import lease_ran_out, lost, on_last_attempt, statuses_of, time_passes
 
 

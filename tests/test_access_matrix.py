@@ -37,7 +37,7 @@ from ledger.models import (
     Tool,
 )
 from ledger.policy.roles import ADMIN, grant
-from tests.conftest import PASSWORD
+from tests.helpers import PASSWORD
 
 ROLES = ("anonymous", "no role", "auditor", "operator", "admin")
 Statuses = tuple[int, int, int, int, int]

@@ -10,7 +10,7 @@ from django.urls import reverse
 from ledger.containment.reviewqueue import open_review
 from ledger.models import ApiKey, Effect, EffectEvent, ReviewItem
 from ledger.policy.agentkeys import revoke
-from tests.conftest import events_of
+from tests.helpers import events_of
 
 
 @pytest.fixture

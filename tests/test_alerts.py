@@ -27,8 +27,8 @@ from ledger.containment.reviewqueue import open_review
 from ledger.models import Alert, ReviewItem
 from ledger.policy.toolfile import load
 from reviews.alerts import send_due, sweep
-from tests.conftest import ROOT
 from tests.factories import created_ago
+from tests.helpers import ROOT
 
 SECRET = "alert-webhook-secret-0123456789"
 

@@ -18,7 +18,7 @@ from django.test import Client
 
 from ledger.models import Agent, Effect, EffectEvent
 from ledger.policy.agentkeys import issue_key, key_prefix, revoke
-from tests.conftest import assert_error
+from tests.helpers import assert_error
 
 # (method, path) of every endpoint that needs a key; `{id}` is an effect id.
 KEYED_ENDPOINTS = [

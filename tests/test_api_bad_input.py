@@ -23,7 +23,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from ledger.models import Effect, EffectDependency, EffectEvent, Run
-from tests.conftest import ROOT, assert_error
+from tests.helpers import ROOT, assert_error
 
 INTENT = {
     "run_id": "run-1",

@@ -7,7 +7,7 @@ import re
 
 from django.test import Client
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 VENDORED = "vendor/swagger-ui-dist-5.35.0"
 

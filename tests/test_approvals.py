@@ -18,8 +18,8 @@ from ledger.effects.transitions import transition
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem, Tool
 from ledger.policy.toolfile import ToolFileError, load
 from reviews.escalation import escalate
-from tests.conftest import assert_error, events_of
 from tests.factories import signed_in
+from tests.helpers import assert_error, events_of
 
 BIG = {"amount": "1500.00", "currency": "EUR"}
 SMALL = {"amount": "999.99", "currency": "EUR"}

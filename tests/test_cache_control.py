@@ -8,8 +8,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from ledger.containment.reviewqueue import open_review
-from tests.conftest import PASSWORD
 from tests.factories import signed_in
+from tests.helpers import PASSWORD
 
 
 def is_no_store(response) -> bool:

@@ -25,7 +25,7 @@ from ledger.api.callbacktargets import CallbackRefused, allow_list, forbidden, p
 from ledger.models import Alert, Effect
 from reviews import callbacks
 from reviews.alerts import send_due
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from tests.receivers import Endpoint, self_signed
 
 SECRET = "callback-secret-0123456789abcdef"

@@ -26,8 +26,8 @@ from ledger_client import (
 from ledger.models import Agent, Tool
 from ledger.models import Effect as EffectRow
 from ledger.policy.agentkeys import issue_key
-from tests.conftest import expire_lease
 from tests.factories import CHARGE
+from tests.helpers import expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

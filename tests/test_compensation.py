@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ledger.models import Effect, ReviewItem
-from tests.conftest import events_of
+from tests.helpers import events_of
 
 
 def _confirmed_payment(alice, step_id: str = "pay") -> dict:

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from tests.conftest import AgentClient, events_of
+from tests.helpers import AgentClient, events_of
 
 CLAIMERS = 16
 

@@ -13,8 +13,8 @@ from ledger.containment.reviewqueue import open_review
 from ledger.errors import Refused, ValidationFailed
 from ledger.models import Effect, Reason, ReviewItem
 from reviews.decisions import Ask, allowed_actions, decide
-from tests.conftest import events_of
 from tests.factories import lookup, signed_in
+from tests.helpers import events_of
 
 
 def found_lookup(effect: Effect, *, ref: str = "ch_1", status: str = "confirmed", **data: Any):

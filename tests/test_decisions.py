@@ -14,8 +14,8 @@ from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, EffectDependency, EffectEvent, Reason, ReviewItem
 from reconcilers.execution import execute_one
 from reviews.decisions import AlreadyDecided, Ask, decide
-from tests.conftest import events_of
 from tests.factories import signed_in
+from tests.helpers import events_of
 
 
 def post_decision(client: Client, effect: Effect, action: str, **fields: Any):

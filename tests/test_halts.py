@@ -21,8 +21,8 @@ from ledger.errors import Halted as HaltedError
 from ledger.models import Agent, Alert, ApiKey, Effect, EffectEvent, Halt
 from ledger.policy.agentkeys import SYSTEM_AGENT, ReservedAgent, issue_key
 from reconcilers.execution import execute_one, redrive_executions
-from tests.conftest import assert_error
 from tests.factories import signed_in
+from tests.helpers import assert_error
 
 
 def halt_tool(tool: str = "charge_card", **kwargs: Any) -> Halt:

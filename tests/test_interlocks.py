@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ledger.models import Effect
-from tests.conftest import events_of
+from tests.helpers import events_of
 
 
 def test_a_claim_is_blocked_until_the_upstream_is_confirmed(alice):

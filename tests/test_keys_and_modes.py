@@ -26,8 +26,8 @@ from ledger.models import Agent, ApiKey, ConfigVersion, Effect, Reason, Run
 from ledger.policy import configversion, keyuse
 from ledger.policy.agentkeys import agent_for_key, issue_key, key_prefix
 from ledger.policy.toolfile import ToolFileError, load
-from tests.conftest import ROOT, AgentClient, assert_error
 from tests.factories import signed_in
+from tests.helpers import ROOT, AgentClient, assert_error
 
 TEST_TOOLS = """
 [tools.sandbox_charge]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ledger.models import Effect
-from tests.conftest import events_of, expire_lease
+from tests.helpers import events_of, expire_lease
 
 
 def test_a_claim_returns_a_token_and_the_granted_lease(alice):

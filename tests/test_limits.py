@@ -20,8 +20,8 @@ from ledger.effects.transitions import transition
 from ledger.models import Agent, Alert, AmountCharge, Effect, LimitCounter, Tool
 from ledger.policy.toolfile import ToolFileError, load
 from reconcilers.reconcile import process_one
-from tests.conftest import assert_error
 from tests.factories import SETTLED, stored
+from tests.helpers import assert_error
 
 PATHS = {"amount_path": "amount", "currency_path": "currency"}
 

@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 
 from ledger.models import Agent, Tool
-from tests.conftest import assert_error
 from tests.factories import signed_in
+from tests.helpers import assert_error
 
 URL = "/limits/"
 

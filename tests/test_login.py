@@ -10,7 +10,7 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
-from tests.conftest import PASSWORD
+from tests.helpers import PASSWORD
 
 
 def test_an_operator_signs_in_and_lands_on_the_overview(olga):

@@ -14,7 +14,7 @@ from django.test import Client
 
 from ledger.observability.jsonlog import JsonFormatter
 from ledger.observability.logcontext import ContextFilter, scope
-from tests.conftest import PASSWORD
+from tests.helpers import PASSWORD
 from tests.logscan import find_secrets, known_secrets
 
 VISA = "4111111111111111"

@@ -14,7 +14,6 @@ from django.conf import settings
 
 from ledger.effects.recovery import database_now
 from reconcilers.reconcile import process_next, process_one, take
-from tests.conftest import events_of, expire_lease
 from tests.factories import (
     CHARGE,
     SETTLED,
@@ -28,6 +27,7 @@ from tests.factories import (
     stored,
     time_passes,
 )
+from tests.helpers import events_of, expire_lease
 
 REQUEST = {"amount": "10.00", "currency": "EUR"}
 

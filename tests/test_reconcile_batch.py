@@ -22,8 +22,8 @@ from ledger.models import AmountCharge, Effect, EffectEvent, Tool
 from ledger.policy import configversion
 from reconcilers.reconcile import ACTOR, check, process_many, take
 from tests import test_metrics
-from tests.conftest import events_of
 from tests.factories import SETTLED, charge_at, checks_of, lost, stored
+from tests.helpers import events_of
 from tests.test_metrics import value
 
 # /metrics scraped as tests/test_metrics.py does it (its fixture, shared by name).

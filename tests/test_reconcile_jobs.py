@@ -19,8 +19,8 @@ from ledger.models import Effect, EffectEvent
 from reconcilers.jobs import check_effects
 from reconcilers.reconcile import process_next
 from reconcilers.schedules import SCHEDULES, ensure_schedules, queue_expired_leases, sweep
-from tests.conftest import expire_lease
 from tests.factories import SETTLED, charge_at, checks_of, reviews_of, stored
+from tests.helpers import expire_lease
 
 # Redis outage, realistically: nothing listens there, and the client gives up within a second.
 REDIS_DOWN = "redis://127.0.0.1:1/0?socket_timeout=1&socket_connect_timeout=1"

@@ -15,7 +15,6 @@ from django.conf import settings
 
 from reconcilers.reconcile import process_next, process_one
 from reconcilers.schedules import queue_expired_leases
-from tests.conftest import expire_lease
 from tests.factories import (
     CHARGE,
     SETTLED,
@@ -28,6 +27,7 @@ from tests.factories import (
     stored,
     time_passes,
 )
+from tests.helpers import expire_lease
 
 REQUEST = {"amount": "10.00", "currency": "EUR"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models.expressions import RawSQL
 
 from ledger.models import Effect, ReviewItem
-from tests.conftest import expire_lease
+from tests.helpers import expire_lease
 
 
 def _actions(response) -> dict[str, tuple[str, str]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ledger.models import Effect, EffectEvent
-from tests.conftest import events_of
+from tests.helpers import events_of
 
 
 def test_a_repeated_intent_returns_the_same_effect_with_200(alice):

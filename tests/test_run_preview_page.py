@@ -10,8 +10,8 @@ import pytest
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason
-from tests.conftest import expire_lease
 from tests.factories import signed_in
+from tests.helpers import expire_lease
 
 ROW = re.compile(r'<tr data-effect="([^"]+)" data-action="([^"]+)" data-reason="([^"]*)">')
 

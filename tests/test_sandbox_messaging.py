@@ -11,7 +11,7 @@ import pytest
 from tests.factories import get
 
 if TYPE_CHECKING:
-    from tests.sandbox import SandboxProvider
+    from tests.fixtures.providers import SandboxProvider
 
 
 def send(provider: SandboxProvider, **headers: str) -> httpx.Response:

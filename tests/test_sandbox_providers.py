@@ -23,7 +23,7 @@ import pytest
 from tests.factories import CHARGE, charge, get, refund
 
 if TYPE_CHECKING:
-    from tests.sandbox import SandboxProvider, StartSandbox
+    from tests.fixtures.providers import SandboxProvider, StartSandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 

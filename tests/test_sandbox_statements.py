@@ -25,7 +25,7 @@ from reconcilers.statement_fetch import (
 from tests.factories import charge, refund
 
 if TYPE_CHECKING:
-    from tests.sandbox import SandboxProvider
+    from tests.fixtures.providers import SandboxProvider
 
 
 def statement(provider: SandboxProvider, start: str, end: str, fmt: str = "") -> httpx.Response:

@@ -15,8 +15,8 @@ from ledger.models import Effect, Reason, ReviewItem
 from ledger.policy.roles import ADMIN, grant
 from reviews.decisions import Ask, decide
 from reviews.queue import assign_item, claim_item
-from tests.conftest import PASSWORD
 from tests.factories import signed_in
+from tests.helpers import PASSWORD
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from ledger.models import (
     StatementLine,
     Tool,
 )
-from tests.conftest import events_of
+from tests.helpers import events_of
 from tests.test_statements_support import (
     add_event,
     day,

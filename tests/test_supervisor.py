@@ -12,7 +12,7 @@ import time
 import pytest
 
 from devstack.supervisor import RESTART_LIMIT, ChildDied, Service, Supervisor
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 # A leader that starts a grandchild in its own process group, as gunicorn starts its workers,
 # and prints the grandchild's pid.

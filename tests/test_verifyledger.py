@@ -16,8 +16,8 @@ from django.db import connection
 
 from ledger.audit import seal
 from ledger.models import EffectEvent
-from tests.conftest import ROOT
 from tests.factories import add_event, tampering
+from tests.helpers import ROOT
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from ledger.containment.halts import halt
 from ledger.models import Effect, Tool
 from ledger.policy import configversion
 from ledger.policy.toolfile import ToolFileError, load
-from tests.conftest import assert_error
 from tests.factories import signed_in
+from tests.helpers import assert_error
 
 REFUND = {"request": {"charge": "ch_1", "amount": "10.00", "currency": "EUR"}}
 

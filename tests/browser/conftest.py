@@ -27,7 +27,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.conftest import PASSWORD, ROOT
+from tests.helpers import PASSWORD, ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking switches, Chromium's own connections crowd out the test's

@@ -20,7 +20,7 @@ from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import record_event
 from ledger.models import AuditExport, Effect, EffectEvent, Reason, ReviewItem
 from tests.browser.conftest import nav
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.browser
 

@@ -28,8 +28,8 @@ from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem, Tool
 from ledger.statements import import_statement
 from tests.browser.conftest import nav
-from tests.conftest import ROOT
 from tests.factories import lookup
+from tests.helpers import ROOT
 
 pytestmark = [
     pytest.mark.browser,

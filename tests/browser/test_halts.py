@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 from ledger.effects.states import Kind
 from ledger.models import Effect, Halt
 from tests.browser.conftest import nav
-from tests.conftest import assert_error
+from tests.helpers import assert_error
 
 pytestmark = pytest.mark.browser
 

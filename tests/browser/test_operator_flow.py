@@ -18,7 +18,7 @@ from tests.browser.conftest import (
     nav,
     path_of,
 )
-from tests.conftest import PASSWORD
+from tests.helpers import PASSWORD
 
 pytestmark = pytest.mark.browser
 
