@@ -155,3 +155,21 @@ def test_the_client_address_comes_from_the_front_door_only_over_the_unix_socket(
     # A client talking to gunicorn over TCP cannot choose its address.
     wrapped({"REMOTE_ADDR": "198.51.100.4", "HTTP_X_FORWARDED_FOR": "203.0.113.9"}, None)
     assert seen == ["203.0.113.9", "198.51.100.4"]
+
+
+def test_an_oversized_body_gets_the_applications_413_through_the_front_door(web):
+    """gunicorn's worker refuses an agent API body over LEDGER_MAX_BODY_BYTES before reading it
+    and closes the connection while the front door is still writing: the answer it had already
+    written reaches the client, never a connection closed without one."""
+    body = b'{"run_id": "' + b"x" * (3 * 1024 * 1024) + b'"}'
+    for _ in range(3):
+        response = httpx.post(
+            f"{web}/api/v1/effects",
+            content=body,
+            headers={"Content-Type": "application/json", "Authorization": "Bearer elk_x"},
+            timeout=30,
+            trust_env=False,
+        )
+        assert response.status_code == 413, response.text
+        assert response.json()["error"] == "body_too_large"
+    assert _healthy(web)

@@ -9,7 +9,16 @@ import tempfile
 from dataclasses import dataclass
 from typing import IO
 
-from config.frontdoor import BODY_MIN_RATE, BODY_TIMEOUT, CRLF, MAX_BODY, PIECE, SPOOL_AT
+from config.frontdoor import (
+    API_MAX_BODY,
+    API_PREFIX,
+    BODY_MIN_RATE,
+    BODY_TIMEOUT,
+    CRLF,
+    MAX_BODY,
+    PIECE,
+    SPOOL_AT,
+)
 
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
@@ -40,6 +49,11 @@ class Request:
     keep_alive: bool
     body: bytes | IO[bytes] = b""
     length: int = 0
+
+    @property
+    def limit(self) -> int:
+        """The largest body this request may carry: the agent API's own limit under /api/."""
+        return API_MAX_BODY if self.target.startswith(API_PREFIX) else MAX_BODY
 
     def head_for(self, client: str) -> bytes:
         """The request line and headers as gunicorn gets them: hop-by-hop headers dropped,
@@ -94,14 +108,19 @@ def parse_head(raw: bytes) -> Request:
     dropped = _HOP_BY_HOP | connection
     kept = [(name, value) for name, value in headers if name not in dropped]
     request = Request(method, target, version, kept, keep_alive)
-    request.length = _declared_length(headers)
+    request.length = _declared_length(headers, request.limit)
     return request
 
 
 CHUNKED = -1
 
 
-def _declared_length(headers: list[tuple[bytes, bytes]]) -> int:
+def too_large(limit: int) -> HttpError:
+    # The application's own wording for its limit (ledger.api.middleware).
+    return HttpError(413, f"The body is larger than {limit} bytes.")
+
+
+def _declared_length(headers: list[tuple[bytes, bytes]], limit: int) -> int:
     """The body's length from Content-Length, or CHUNKED; smuggling-shaped framing refused."""
     lengths = {value for name, value in headers if name == b"content-length"}
     encodings = [value for name, value in headers if name == b"transfer-encoding"]
@@ -116,23 +135,24 @@ def _declared_length(headers: list[tuple[bytes, bytes]]) -> int:
     if len(lengths) != 1 or not next(iter(lengths)).isdigit():
         raise HttpError(400, "invalid Content-Length")
     length = int(next(iter(lengths)))
-    if length > MAX_BODY:
-        raise HttpError(413, f"a body may have at most {MAX_BODY} bytes")
+    if length > limit:
+        raise too_large(limit)
     return length
 
 
 class _Body:
     """A body being received: in memory up to SPOOL_AT, then in a temporary file."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.size = 0
         self._parts: list[bytes] = []
         self._file: IO[bytes] | None = None
 
     def add(self, data: bytes) -> None:
         self.size += len(data)
-        if self.size > MAX_BODY:
-            raise HttpError(413, f"a body may have at most {MAX_BODY} bytes")
+        if self.size > self.limit:
+            raise too_large(self.limit)
         if self._file is None and self.size > SPOOL_AT:
             # Closed by Request.close once the request is answered.
             self._file = tempfile.TemporaryFile()  # noqa: SIM115
@@ -161,15 +181,15 @@ async def _read_chunked(reader: asyncio.StreamReader, body: _Body) -> None:
             while await reader.readuntil(CRLF) != CRLF:  # trailers: dropped
                 pass
             return
-        if body.size + size > MAX_BODY:
-            raise HttpError(413, f"a body may have at most {MAX_BODY} bytes")
+        if body.size + size > body.limit:
+            raise too_large(body.limit)
         body.add(await reader.readexactly(size))
         if await reader.readexactly(2) != CRLF:
             raise HttpError(400, "malformed chunk")
 
 
 async def read_body(reader: asyncio.StreamReader, request: Request) -> None:
-    body = _Body()
+    body = _Body(request.limit)
     if request.length == CHUNKED:
         await _read_chunked(reader, body)
     else:

@@ -36,8 +36,14 @@ _REASONS = {
 log = logging.getLogger("frontdoor")
 
 
+# The application's own codes where it has one for the same refusal (docs/api.md#errors), so
+# that a client need not know which process answered.
+_CODES = {413: "body_too_large", 503: "unavailable"}
+
+
 def _error_response(status: int, detail: str) -> bytes:
-    body = json.dumps({"error": _REASONS[status].lower().replace(" ", "_"), "detail": detail})
+    code = _CODES.get(status) or _REASONS[status].lower().replace(" ", "_")
+    body = json.dumps({"error": code, "detail": detail})
     lines = [
         f"HTTP/1.1 {status} {_REASONS[status]}",
         "content-type: application/json",
