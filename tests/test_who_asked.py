@@ -191,3 +191,10 @@ def test_an_agents_own_effects_say_the_agent_asked(alice):
     effect = alice.intent()
     assert effect["requested_by"] == "agent"
     assert alice.claim(effect["id"])["requested_by"] == "agent"
+
+
+def test_a_decision_recorded_under_the_agent_says_an_operator_asked(alice, olga):
+    _operator_compensates(olga, _charged(alice))
+    listed = alice.get("/effects").json()["items"]
+    decisions = [e for e in listed if e["kind"] == "decision"]
+    assert decisions and {e["requested_by"] for e in decisions} == {"operator"}

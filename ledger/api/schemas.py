@@ -171,8 +171,9 @@ class EffectOut(Schema):
     blocked_by: list[UpstreamOut]
     parent_id: uuid.UUID | None
     requested_by: Literal["agent", "operator"] = Field(
-        description="Who asked for the effect: its agent, or an operator's decision. Agents "
-        "may not cancel, claim or report on what an operator decided."
+        description="Who asked for the effect: `agent`, its agent; `operator`, an operator's "
+        "decision (a compensation, a decision effect) or the ledger's own ruling. Agents may "
+        "not cancel, claim or report on what an operator decided."
     )
     provenance: ProvenanceOut
     created_at: datetime

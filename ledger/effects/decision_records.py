@@ -20,7 +20,7 @@ from ledger.audit.redaction import Redactor, scrub_cards
 from ledger.effects.intents import Intent, effect_row, insert_effect
 from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import SqlExpr, Superseded, one_effect, record_event
-from ledger.models import Agent, Effect, EventKind, ReviewItem
+from ledger.models import Agent, Effect, EventKind, RequestedBy, ReviewItem
 from ledger.policy.tools import policy_for
 
 # The pseudo-tool under which decision effects are recorded.
@@ -153,6 +153,8 @@ def _insert(
     )
     if decision_id is not None:
         row["id"] = decision_id
+    # Never the agent's, though recorded under its agent: a person's ruling or the ledger's.
+    row["requested_by"] = RequestedBy.OPERATOR
     decision = insert_effect(row)
     if decision is None:
         return None
