@@ -139,39 +139,11 @@ def compare(
     effect_of = {e["run_id"]: e for e in effects}
     review_reasons: Counter[str] = Counter()
     for workflow in workflows:
-        run_id, account = workflow["run_id"], workflow["account"]
-        mine = charges_of.pop(account, [])
-        effect = effect_of.get(run_id)
-        status = effect["status"] if effect else "missing"
+        effect = effect_of.get(workflow["run_id"])
         reason = reviews.get(str(effect["id"])) if effect else None
-        if len(mine) > 1:
-            verdict.duplicates.append(
-                {"run_id": run_id, "charges": [c["id"] for c in mine], "status": status}
-            )
-            continue
-        if status == "confirmed":
-            verdict.confirmed += 1
-            if not mine:
-                verdict.unexplained.append({"run_id": run_id, "why": "confirmed, no charge"})
-            elif effect["provider_ref"] != mine[0]["id"]:
-                verdict.unexplained.append(
-                    {
-                        "run_id": run_id,
-                        "why": "provider_ref is not the charge",
-                        "provider_ref": effect["provider_ref"],
-                        "charge": mine[0]["id"],
-                    }
-                )
-            elif Decimal(str(mine[0]["amount"])) != Decimal(str(workflow["amount"])):
-                verdict.unexplained.append({"run_id": run_id, "why": "wrong amount"})
-        elif reason:
-            review_reasons[reason] += 1
-        elif mine:
-            verdict.unexplained.append(
-                {"run_id": run_id, "why": f"charged, but the effect is {status}"}
-            )
-        elif status != "failed":
-            verdict.unexplained.append({"run_id": run_id, "why": f"not charged, effect {status}"})
+        left = _judge(verdict, workflow, charges_of.pop(workflow["account"], []), effect, reason)
+        if left:
+            review_reasons[left] += 1
     for account, strays in charges_of.items():
         verdict.unexplained.append(
             {
@@ -182,3 +154,44 @@ def compare(
         )
     verdict.left_for_review = dict(review_reasons)
     return verdict
+
+
+def _judge(
+    verdict: Verdict,
+    workflow: dict[str, Any],
+    mine: list[dict[str, Any]],
+    effect: dict[str, Any] | None,
+    reason: str | None,
+) -> str | None:
+    """One workflow against its charges at the provider (`mine`), its effect in the ledger and
+    the reason of the effect's open review item, if any. Returns that reason when the workflow
+    is left for review."""
+    run_id = workflow["run_id"]
+    status = effect["status"] if effect else "missing"
+    if len(mine) > 1:
+        verdict.duplicates.append(
+            {"run_id": run_id, "charges": [c["id"] for c in mine], "status": status}
+        )
+    elif status == "confirmed":
+        verdict.confirmed += 1
+        if not mine:
+            verdict.unexplained.append({"run_id": run_id, "why": "confirmed, no charge"})
+        elif effect["provider_ref"] != mine[0]["id"]:
+            verdict.unexplained.append(
+                {
+                    "run_id": run_id,
+                    "why": "provider_ref is not the charge",
+                    "provider_ref": effect["provider_ref"],
+                    "charge": mine[0]["id"],
+                }
+            )
+        elif Decimal(str(mine[0]["amount"])) != Decimal(str(workflow["amount"])):
+            verdict.unexplained.append({"run_id": run_id, "why": "wrong amount"})
+    elif reason:
+        return reason
+    elif mine:
+        why = f"charged, but the effect is {status}"
+        verdict.unexplained.append({"run_id": run_id, "why": why})
+    elif status != "failed":
+        verdict.unexplained.append({"run_id": run_id, "why": f"not charged, effect {status}"})
+    return None
