@@ -314,6 +314,17 @@ def test_a_claim_with_a_lease_shorter_than_the_call_timeout_is_refused(alice, lo
     assert body["fields"] == {"lease_seconds": "at least 30"}
 
 
+def test_a_heartbeat_never_shortens_the_lease_below_the_call_timeout(alice, lookup_only):
+    claimed = alice.intent(claim=True)
+    path = f"/effects/{claimed['id']}/heartbeat"
+    short = alice.post(path, {"lease_token": claimed["lease_token"], "lease_seconds": 5})
+    body = assert_error(short, 422, "validation_error")
+    assert body["fields"] == {"lease_seconds": "at least 30"}
+    unsaid = alice.post(path, {"lease_token": claimed["lease_token"]})
+    assert unsaid.status_code == 200, unsaid.content
+    assert unsaid.json()["lease_seconds"] >= 30
+
+
 def test_a_claim_without_a_lease_gets_at_least_the_call_timeout(alice, tools, lookup_only):
     tools["charge_card"].call_timeout = timedelta(seconds=90)
     tools["charge_card"].settle_after = timedelta(minutes=3)

@@ -253,10 +253,6 @@ def _show(request: HttpRequest, effect: Effect, *, claimer: bool = False) -> dic
     return effect_dict(effect, _agent(request).name, upstream, claimer=claimer)
 
 
-def _lease_seconds(value: int | None) -> int:
-    return value or settings.LEDGER_DEFAULT_LEASE_SECONDS
-
-
 @api.post(
     "/effects",
     response={201: ClaimedEffectOut, 200: ClaimedEffectOut, 202: ClaimedEffectOut, **ERRORS},
@@ -354,10 +350,13 @@ def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -
 def heartbeat_effect(
     request: HttpRequest, effect_id: uuid.UUID, payload: HeartbeatIn
 ) -> dict[str, Any]:
+    effect = _own_effect(request, effect_id)
     effect = heartbeat(
-        _own_effect(request, effect_id),
+        effect,
         token=payload.lease_token,
-        lease_seconds=_lease_seconds(payload.lease_seconds),
+        # Never shorter than the tool's call_timeout, as a claim's (a call in flight must be
+        # able to finish inside the lease it runs on).
+        lease_seconds=policy_for(effect.tool).lease_for(payload.lease_seconds),
     )
     # Still accepted while halted (the work in flight must be able to report back), but the
     # answer tells the client, which can then stop before sending anything more.
