@@ -159,8 +159,8 @@ def test_the_client_address_comes_from_the_front_door_only_over_the_unix_socket(
 
 def test_an_oversized_body_gets_the_applications_413_through_the_front_door(web):
     """gunicorn's worker refuses an agent API body over LEDGER_MAX_BODY_BYTES before reading it
-    and closes the connection while the front door is still writing: the answer it had already
-    written reaches the client, never a connection closed without one."""
+    and closes the connection under the front door's write, which lost its answer: the front
+    door refuses such a body itself, with the application's answer."""
     body = b'{"run_id": "' + b"x" * (3 * 1024 * 1024) + b'"}'
     for _ in range(3):
         response = httpx.post(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO
 
 from config.frontdoor import (
@@ -49,6 +49,9 @@ class Request:
     keep_alive: bool
     body: bytes | IO[bytes] = b""
     length: int = 0
+    # What the client sent as X-Forwarded-For: read only when its peer is a trusted proxy
+    # (`config.frontdoor.clients`), never passed on as sent.
+    forwarded: list[bytes] = field(default_factory=list)
 
     @property
     def limit(self) -> int:
@@ -108,6 +111,7 @@ def parse_head(raw: bytes) -> Request:
     dropped = _HOP_BY_HOP | connection
     kept = [(name, value) for name, value in headers if name not in dropped]
     request = Request(method, target, version, kept, keep_alive)
+    request.forwarded = [value for name, value in headers if name == b"x-forwarded-for"]
     request.length = _declared_length(headers, request.limit)
     return request
 

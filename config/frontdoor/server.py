@@ -24,6 +24,7 @@ from config.frontdoor import (
     PIECE,
     STOP_GRACE,
 )
+from config.frontdoor.clients import Network, client_address, trusted_proxies
 from config.frontdoor.incoming import HttpError, Request, body_deadline, parse_head, read_body
 from config.frontdoor.upstream import NoAnswer, Pool, Upstream, relay_response
 
@@ -56,8 +57,9 @@ def _error_response(status: int, detail: str) -> bytes:
 
 
 class FrontDoor:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, trusted: tuple[Network, ...] = ()) -> None:
         self.pool = Pool(upstream)
+        self.trusted = trusted
         self.clients = 0
         self.in_flight = 0
 
@@ -89,10 +91,10 @@ class FrontDoor:
                 raise HttpError(408, "the request's body did not arrive in time") from None
         return request
 
-    async def forward(self, request: Request, client_ip: str, writer: asyncio.StreamWriter) -> bool:
+    async def forward(self, request: Request, peer: str, writer: asyncio.StreamWriter) -> bool:
         """Send `request` to gunicorn and its answer back; True if the client's connection
         stays open for another request."""
-        head = request.head_for(client_ip)
+        head = request.head_for(client_address(peer, request.forwarded, self.trusted))
         idempotent = request.method in (b"GET", b"HEAD", b"OPTIONS")
         async with self.pool.slots:
             upstream = await self.pool.connect()
@@ -136,9 +138,9 @@ class FrontDoor:
             return
         self.clients += 1
         peer = writer.get_extra_info("peername")
-        client_ip = peer[0] if isinstance(peer, tuple) else ""
+        peer_ip = peer[0] if isinstance(peer, tuple) else ""
         try:
-            await self._serve_requests(reader, writer, client_ip)
+            await self._serve_requests(reader, writer, peer_ip)
         except HttpError as exc:
             with contextlib.suppress(OSError):
                 writer.write(_error_response(exc.status, exc.detail))
@@ -152,7 +154,7 @@ class FrontDoor:
             writer.close()
 
     async def _serve_requests(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_ip: str
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
     ) -> None:
         first = True
         while True:
@@ -161,7 +163,7 @@ class FrontDoor:
                 return
             self.in_flight += 1
             try:
-                keep = await self.forward(request, client_ip, writer)
+                keep = await self.forward(request, peer, writer)
             finally:
                 self.in_flight -= 1
                 request.close()
@@ -205,10 +207,10 @@ async def _sweep(pool: Pool) -> None:
         pool.sweep()
 
 
-async def serve(bind: str, upstream: str) -> None:
+async def serve(bind: str, upstream: str, trusted: tuple[Network, ...] = ()) -> None:
     """Listen on `bind` (HOST:PORT) until SIGTERM, SIGINT or SIGHUP, then let the requests
     under way finish (at most STOP_GRACE seconds)."""
-    door = FrontDoor(upstream)
+    door = FrontDoor(upstream, trusted)
     host, _, port = bind.rpartition(":")
     server = await asyncio.start_server(
         door.serve, host.strip("[]") or None, int(port), limit=HEAD_LIMIT, backlog=1024
@@ -237,5 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream", required=True, help="gunicorn: unix:PATH or HOST:PORT")
     args = parser.parse_args(argv)
     _configure_logging()
-    asyncio.run(serve(args.bind, args.upstream))
+    try:
+        trusted = trusted_proxies()
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    asyncio.run(serve(args.bind, args.upstream, trusted))
     return 0
