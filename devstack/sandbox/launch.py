@@ -4,9 +4,9 @@
         httpx.post(f"{provider.url}/charges", ...)
 
 The one launcher for everything that needs the outside world in a process of its own: the
-tests (`tests/sandbox.py`), the crash test and the recovery benchmark; `make run` supervises
-its providers itself but builds their command line here. Like the providers, this module uses
-only the standard library, so importing it never sets up Django.
+tests (`tests/fixtures/providers.py`), the crash test and the recovery benchmark; `make run`
+supervises its providers itself but builds their command line here. Like the providers, this
+module uses only the standard library, so importing it never sets up Django.
 """
 
 from __future__ import annotations
