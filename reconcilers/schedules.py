@@ -72,21 +72,21 @@ SCHEDULES = {
         "minutes": settings.LEDGER_SWEEP_MINUTES,
     },
     "escalation": {
-        "func": "reviews.escalation.escalate",
+        "func": "reviews.alerts.escalation.escalate",
         "minutes": settings.LEDGER_SWEEP_MINUTES,
     },
-    # Bulk decisions whose job Redis lost are driven again from their rows (reviews.bulk).
+    # Bulk decisions whose job Redis lost are driven again from their rows (reviews.queue.bulk).
     "bulk-jobs": {
-        "func": "reviews.bulk.redrive_lost",
+        "func": "reviews.queue.bulk.redrive_lost",
         "minutes": 1,
     },
     "review-alerts": {
-        "func": "reviews.alerts.sweep",
+        "func": "reviews.alerts.due.sweep",
         "minutes": settings.LEDGER_SWEEP_MINUTES,
     },
     # Every minute whatever the sweep period: halts and limit breaches are enqueued at once.
     "alert-sender": {
-        "func": "reviews.alerts.send_due",
+        "func": "reviews.alerts.sender.send_due",
         "minutes": 1,
     },
     "seal-events": {
@@ -117,7 +117,9 @@ def ensure_schedules() -> None:
     from django_q.models import Schedule
 
     # The old module paths too (`ledger.seal`, `ledger.retention`, before the ledger's
-    # subpackages): a schedule stored under one is ours, and is rewritten by name below.
+    # subpackages; `reviews.alerts.sweep`, `reviews.bulk`, `reviews.escalation`, before the
+    # reviews app's, all under "reviews."): a schedule stored under one is ours, and is
+    # rewritten by name below.
     ours = ("reconcilers.", "reviews.", "ledger.audit.", "ledger.seal.", "ledger.retention.")
     for prefix in ours:
         Schedule.objects.filter(func__startswith=prefix).exclude(name__in=SCHEDULES).delete()

@@ -17,7 +17,8 @@ from django.utils import timezone
 from ledger.containment import outbox
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Alert, Effect
-from reviews.alerts import CALLBACK_ATTEMPTS, send_due, sweep
+from reviews.alerts.due import sweep
+from reviews.alerts.sender import CALLBACK_ATTEMPTS, send_due
 from tests.receivers import Endpoint
 
 SECRET = "alert-and-callback-secret-0123456789"

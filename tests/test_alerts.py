@@ -26,7 +26,8 @@ from ledger.containment import outbox
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Alert, ReviewItem
 from ledger.policy.toolfile import load
-from reviews.alerts import send_due, sweep
+from reviews.alerts.due import sweep
+from reviews.alerts.sender import send_due
 from tests.factories import created_ago
 from tests.helpers import ROOT
 

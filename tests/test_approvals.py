@@ -17,7 +17,7 @@ from ledger.effects.states import Status
 from ledger.effects.transitions import transition
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem, Tool
 from ledger.policy.toolfile import ToolFileError, load
-from reviews.escalation import escalate
+from reviews.alerts.escalation import escalate
 from tests.factories import signed_in
 from tests.helpers import assert_error, events_of
 

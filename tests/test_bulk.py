@@ -13,9 +13,9 @@ from django.db import connection
 from ledger.containment.reviewqueue import open_review
 from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.bulk import INLINE_LIMIT, REDRIVES, redrive_lost, run_job
 from reviews.models import BulkJob
-from reviews.queue import claim_item
+from reviews.queue.bulk import INLINE_LIMIT, REDRIVES, redrive_lost, run_job
+from reviews.queue.holds import claim_item
 from tests.factories import in_review, lookup_found, signed_in
 
 
@@ -218,7 +218,7 @@ def test_more_than_a_hundred_items_run_as_a_job_with_a_progress_page(olga, make_
     assert response.status_code == 302 and response["Location"] == f"/queue/bulk/{job.pk}"
     waiting = client.get(response["Location"]).content.decode()
     assert "Waiting for a worker" in waiting and 'hx-trigger="every 2s"' in waiting
-    assert [j.func_name for j in queue.get_jobs()] == ["reviews.bulk.run_job"]
+    assert [j.func_name for j in queue.get_jobs()] == ["reviews.queue.bulk.run_job"]
     assert Effect.objects.get(pk=effects[0].pk).status == "planned"  # nothing ran yet
 
     work(queue)

@@ -17,8 +17,8 @@ from django.db import connection
 from ledger.effects.states import Kind
 from ledger.models import Effect
 from ledger.policy.roles import AUDITOR, OPERATOR, grant
-from reviews.bulk import INLINE_LIMIT
 from reviews.models import BulkJob
+from reviews.queue.bulk import INLINE_LIMIT
 from tests.factories import in_review, signed_in
 
 ITEMS = INLINE_LIMIT + 10

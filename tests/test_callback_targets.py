@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from ledger.api.callbacktargets import CallbackRefused, allow_list, forbidden, parse, pick_address
 from ledger.models import Alert, Effect
-from reviews import callbacks
-from reviews.alerts import send_due
+from reviews.alerts import callbacks
+from reviews.alerts.sender import send_due
 from tests.helpers import ROOT
 from tests.receivers import Endpoint, self_signed
 

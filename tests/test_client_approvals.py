@@ -10,7 +10,7 @@ from ledger_client import ApprovalPending, Ledger
 
 from ledger.models import Agent, Effect, Tool
 from ledger.policy.agentkeys import issue_key
-from reviews.decisions import Ask, decide
+from reviews.decisions.decide import Ask, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

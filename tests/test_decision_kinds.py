@@ -12,7 +12,9 @@ import pytest
 from ledger.containment.reviewqueue import open_review
 from ledger.errors import Refused, ValidationFailed
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.decisions import Ask, allowed_actions, decide
+from reviews.decisions.decide import Ask, decide
+from reviews.decisions.kinds import KINDS
+from reviews.decisions.offer import allowed_actions
 from tests.factories import lookup, signed_in
 from tests.helpers import events_of
 
@@ -90,6 +92,8 @@ def test_each_item_is_offered_exactly_the_decisions_that_apply_to_it(
         found_lookup(effect, mismatches=["amount"] if reason == Reason.MISMATCH else [])
     effect = with_item(effect, reason)
     assert set(allowed_actions(effect, olga)) == offered
+    # Each offered kind declares that it closes items of this reason.
+    assert all(reason in KINDS[action].closes for action in offered)
 
 
 # (reason, status, fields, the decision that closes it, its fields, the status after it)

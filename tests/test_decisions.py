@@ -13,7 +13,7 @@ from django.test import Client
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, EffectDependency, EffectEvent, Reason, ReviewItem
 from reconcilers.execution import execute_one
-from reviews.decisions import AlreadyDecided, Ask, decide
+from reviews.decisions.decide import AlreadyDecided, Ask, decide
 from tests.factories import signed_in
 from tests.helpers import events_of
 

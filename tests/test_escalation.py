@@ -11,7 +11,7 @@ import pytest
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, ReviewItem
-from reviews.escalation import escalate
+from reviews.alerts.escalation import escalate
 from tests.factories import created_ago
 
 INCOMPLETE = ["planned", "dispatching", "awaiting_confirmation", "unknown"]

@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import AuditExport, Effect, EffectEvent, EventSeal, Reason
-from reviews.decisions import Ask, decide
+from reviews.decisions.decide import Ask, decide
 from tests.factories import signed_in
 
 DATASETS = ("effects", "events", "decisions")

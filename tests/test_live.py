@@ -11,9 +11,9 @@ from django.test.utils import CaptureQueriesContext
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.decisions import Ask, decide
-from reviews.notes import add_note, release_item
-from reviews.queue import claim_item
+from reviews.decisions.decide import Ask, decide
+from reviews.queue.holds import claim_item, release_item
+from reviews.queue.notes import add_note
 from tests.factories import signed_in
 
 

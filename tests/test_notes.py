@@ -9,9 +9,9 @@ from django.test import Client
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.decisions import AlreadyDecided, Ask, decide
+from reviews.decisions.decide import AlreadyDecided, Ask, decide
 from reviews.models import ReviewNote
-from reviews.notes import MAX_NOTE, keep_lost_decision
+from reviews.queue.notes import MAX_NOTE, keep_lost_decision
 from tests.factories import signed_in
 
 VISA = "4111111111111111"

@@ -20,7 +20,7 @@ from ledger_client import Ledger
 
 from ledger.api import longpoll
 from ledger.models import Alert, Effect
-from reviews.alerts import CALLBACK_ATTEMPTS, send_due
+from reviews.alerts.sender import CALLBACK_ATTEMPTS, send_due
 from tests.helpers import AgentClient, assert_error
 
 CALLBACK_SECRET = "callback-secret-0123456789abcdef"

@@ -16,7 +16,7 @@ from ledger.effects.transitions import record_event
 from ledger.models import Effect, EffectDependency, Reason, ReviewItem
 from ledger.observability.metrics import summary
 from ledger.policy import configversion
-from reviews import queue as review_queue
+from reviews.queue import pages as review_queue
 from tests.factories import signed_in
 
 

@@ -12,8 +12,8 @@ from django.test import Client
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, EffectDependency, Reason
-from reviews.decision_kinds import ACTIONS
-from reviews.preview import AGENT, LEDGER, NOBODY, PERSON, Preview, preview_for
+from reviews.decisions.kinds import ACTIONS
+from reviews.decisions.preview import AGENT, LEDGER, NOBODY, PERSON, Preview, preview_for
 from tests.factories import add_event, signed_in
 
 CHARGE = {"amount": "10.00", "currency": "EUR"}

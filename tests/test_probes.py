@@ -22,7 +22,8 @@ from ledger.audit.exports import ExportFilter, _FormulaGuard, begin
 from ledger.audit.redaction import scrub_cards
 from ledger.containment.reviewqueue import open_review
 from ledger.models import AuditExport, Effect, EffectDependency, EffectEvent, Reason, ReviewItem
-from reviews.decisions import COMPENSATE, CONFIRM, RETRY, Ask, decide
+from reviews.decisions.decide import Ask, decide
+from reviews.decisions.declaration import Action
 
 SECRET = "test-webhook-secret-0123456789"
 VISA = "4111111111111111"
@@ -79,7 +80,7 @@ def test_an_agent_cannot_take_the_key_of_a_future_operator_decision(alice, olga,
     assert taken.status_code == 422
     assert "effect_key" in taken.json()["fields"]
 
-    decided = decide(target.id, Ask(RETRY, "read-only", target.version), user=olga)
+    decided = decide(target.id, Ask(Action.RETRY, "read-only", target.version), user=olga)
     assert decided.decision.effect_key == f"{target.effect_key}:decision:1"
     assert not ReviewItem.objects.filter(effect=target, resolved_at__isnull=True).exists()
 
@@ -195,7 +196,13 @@ def test_card_numbers_typed_into_a_decision_and_an_export_filter_are_not_stored(
     open_review(target.id, Reason.NO_LOOKUP)
     decide(
         target.id,
-        Ask(CONFIRM, f"customer read out {VISA}", target.version, provider_ref=VISA, evidence="x"),
+        Ask(
+            Action.CONFIRM,
+            f"customer read out {VISA}",
+            target.version,
+            provider_ref=VISA,
+            evidence="x",
+        ),
         user=olga,
     )
     filters = ExportFilter({"run_id": f"run {VISA}"}, dataset="effects")
@@ -224,7 +231,7 @@ def test_another_agents_dependent_neither_blocks_nor_shows_in_our_compensation(a
     EffectDependency.objects.create(downstream_id=theirs["id"], upstream_id=second["id"])
     stored = Effect.objects.get(pk=second["id"])
     with pytest.raises(Exception, match="Downstream effects"):
-        decide(stored.id, Ask(COMPENSATE, "refund", stored.version), user=olga)
+        decide(stored.id, Ask(Action.COMPENSATE, "refund", stored.version), user=olga)
 
 
 def test_our_own_active_dependent_still_holds_our_compensation_back(alice):

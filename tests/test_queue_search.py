@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from ledger.models import Effect, Reason, ReviewItem
 from ledger.policy import configversion, tools
 from ledger.policy.configversion import VersionedCache
-from reviews.queue import age
+from reviews.queue.pages import age
 from tests.factories import in_review, lookup_found, signed_in
 
 HTMX = {"HX-Request": "true"}

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ledger.containment.reviewqueue import open_review
 from ledger.effects import digests
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.escalation import escalate
+from reviews.alerts.escalation import escalate
 
 BEFORE_THE_COPIES = [("ledger", "0015_event_created_at_index")]
 THE_COPIES = importlib.import_module("ledger.migrations.0016_review_item_copies")

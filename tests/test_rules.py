@@ -16,7 +16,9 @@ from django.test import Client
 
 from ledger.effects.states import INCOMPLETE, Kind, Status
 from ledger.models import Effect, EffectDependency, Tool
-from reviews.decisions import RETRY, Ask, RetryUnsafe, decide
+from reviews.decisions.decide import Ask, decide
+from reviews.decisions.declaration import Action
+from reviews.decisions.refusals import RetryUnsafe
 
 NO_COMPENSATION = None
 
@@ -132,7 +134,7 @@ def test_recovery_and_an_operator_retry_agree_on_what_may_be_sent_again(
     if status != Status.UNKNOWN:
         return  # operators retry only what recovery has marked unknown
     effect.refresh_from_db()
-    ask = Ask(action=RETRY, reason="checked", expected_version=effect.version)
+    ask = Ask(action=Action.RETRY, reason="checked", expected_version=effect.version)
     if capability in SAFE:
         assert decide(effect.id, ask, user=olga).target.status == Status.PLANNED
     else:

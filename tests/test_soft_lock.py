@@ -13,8 +13,8 @@ from django.utils import timezone
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
 from ledger.policy.roles import ADMIN, grant
-from reviews.decisions import Ask, decide
-from reviews.queue import assign_item, claim_item
+from reviews.decisions.decide import Ask, decide
+from reviews.queue.holds import assign_item, claim_item
 from tests.factories import signed_in
 from tests.helpers import PASSWORD
 

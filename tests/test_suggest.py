@@ -12,9 +12,9 @@ from django.test.utils import CaptureQueriesContext
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.decisions import Ask, decide
-from reviews.forms import DecisionForm
-from reviews.suggest import suggest_for_rows, suggestion
+from reviews.decisions.decide import Ask, decide
+from reviews.decisions.forms import DecisionForm
+from reviews.decisions.suggest import suggest_for_rows, suggestion
 from tests.factories import lookup
 
 

@@ -1,5 +1,5 @@
 """Notes on review items: what operators tell each other about an effect while it waits for a
-person, and the evidence of decisions that lost a race (`reviews.notes`)."""
+person, and the evidence of decisions that lost a race (`reviews.queue.notes`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class ReviewNote(models.Model):
     )
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     kind = models.CharField(max_length=20, choices=NoteKind.choices, default=NoteKind.NOTE)
-    # Redacted before it is stored (reviews.notes.add_note).
+    # Redacted before it is stored (reviews.queue.notes.add_note).
     text = models.TextField()
     # A lost decision's ask: action, evidence, provider_ref and who won.
     details = models.JSONField(default=dict, blank=True)
@@ -37,7 +37,7 @@ class ReviewNote(models.Model):
 
     class Meta:
         indexes = [
-            # An effect's notes in order, and their count (the effect page, reviews.notes.live).
+            # An effect's notes in order, and their count (the effect page, its live check).
             models.Index(fields=["effect", "id"], name="reviewnote_effect_idx"),
         ]
         triggers = [

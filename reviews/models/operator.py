@@ -41,14 +41,14 @@ class BulkJobState(models.TextChoices):
 
 
 class BulkJob(models.Model):
-    """More items than a request should handle at once (`reviews.bulk`): the job's record of
+    """More items than a request should handle at once (`reviews.queue.bulk`): the job's record of
     what it was asked, how far it got, and what each item came to. The background worker
     writes `results` and `heartbeat_at` as it goes, so the progress page reads both."""
 
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
-    # "assign" or a decision kind (reviews.decisions).
+    # "assign" or a decision kind (reviews.decisions.decide).
     action = models.CharField(max_length=32)
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
@@ -63,9 +63,10 @@ class BulkJob(models.Model):
     )
     error = models.CharField(max_length=2000, blank=True)
     created_at = models.DateTimeField(db_default=Now())
-    # Written with every item: a job whose heartbeat stops is lost (reviews.bulk.redrive_lost).
+    # Written with every item: a job whose heartbeat stops is lost
+    # (reviews.queue.bulk.redrive_lost).
     heartbeat_at = models.DateTimeField(db_default=Now())
-    # How many times the sweep queued it again after it was lost (reviews.bulk.redrive_lost).
+    # How many times the sweep queued it again after it was lost (reviews.queue.bulk.redrive_lost).
     redriven = models.PositiveSmallIntegerField(default=0)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -1,11 +1,11 @@
-"""The approvals page: what waits for a second operator (four-eyes, `reviews.approvals`).
+"""The approvals page: what waits for a second operator (four-eyes, `reviews.decisions.approvals`).
 
 Two kinds wait: effects held in `awaiting_approval` (above their tool's `approve_above`) and
 retries proposed on an operator's word alone (a pending `RetryProposal`). Each row says who
 asked, since when and for how much, and links to the effect page where another operator
 decides. Who asked is read in the same query as the rows (the intent event's actor as a
 subquery), not once per row; the page says when the viewer is the one who asked, since
-`reviews.approvals.check_second_pair` will refuse them.
+`reviews.decisions.approvals.check_second_pair` will refuse them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET
 from ledger.containment.iso4217 import major_units
 from ledger.effects.states import Status
 from ledger.models import Effect, EffectEvent, EventKind, RetryProposal
-from reviews.access import reader
+from reviews.access.checks import reader
 
 # More than this many waiting is an incident of its own; the page says how many it leaves out.
 SHOWN = 200
@@ -55,7 +55,7 @@ def pending_effects() -> QuerySet[Effect]:
 
 def pending_proposals() -> QuerySet[RetryProposal]:
     """Retry proposals still waiting; one made before its effect last moved no longer counts
-    (the rule of `reviews.approvals.pending_proposal`, for many effects at once)."""
+    (the rule of `reviews.decisions.approvals.pending_proposal`, for many effects at once)."""
     return (
         RetryProposal.objects.filter(decided_at__isnull=True, effect_version=F("effect__version"))
         .select_related("effect", "effect__agent", "proposed_by")

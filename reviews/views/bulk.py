@@ -1,5 +1,5 @@
-"""Many review items at once (`reviews.bulk`): choose, confirm on a page that says how many items
-and which decision, then see each item's outcome; and an operator's saved queue filters.
+"""Many review items at once (`reviews.queue.bulk`): choose, confirm on a page that says how many
+items and which decision, then see each item's outcome; and an operator's saved queue filters.
 
 Plain form posts and full pages, so they work without JavaScript; the progress page of a
 background job polls with htmx until the job is done."""
@@ -17,12 +17,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import ReviewItem
-from reviews.access import actor, reader
-from reviews.bulk import ASSIGN, INLINE_LIMIT, Request, apply, problems, start_job
-from reviews.decisions import LABELS
-from reviews.filters import QueueFilter, operators
+from reviews.access.checks import actor, reader
+from reviews.decisions.kinds import kind_of
 from reviews.models import BulkJob, SavedFilter
-from reviews.queue import COUNT_CAP
+from reviews.queue.bulk import ASSIGN, INLINE_LIMIT, Request, apply, problems, start_job
+from reviews.queue.filters import QueueFilter, operators
+from reviews.queue.pages import COUNT_CAP
 
 NAME_MAX = SavedFilter._meta.get_field("name").max_length
 QUERY_MAX = SavedFilter._meta.get_field("query").max_length
@@ -74,7 +74,8 @@ def _asked(request: HttpRequest) -> Request:
 def _what(ask: Request) -> str:
     if ask.action == ASSIGN and ask.assignee is not None:
         return f"Assign to {ask.assignee.get_username()}"
-    return LABELS.get(ask.action, ask.action)
+    kind = kind_of(ask.action)
+    return kind.label if kind is not None else ask.action
 
 
 @require_POST

@@ -7,7 +7,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ledger.audit import seal
-from reviews.access import reader
+from reviews.access.checks import reader
 
 
 @require_GET

@@ -27,16 +27,19 @@ from ledger.models import (
 )
 from ledger.policy.tools import policy_for
 from reconcilers.execution import can_execute
-from reviews import notes
-from reviews.access import actor, reader
-from reviews.approvals import waits_for_second_pair
-from reviews.decision_kinds import claim_text
-from reviews.decisions import COMPENSATE, LABELS, AlreadyDecided, allowed_actions
-from reviews.decisions import decide as record_decision
-from reviews.evidence import Evidence, provider_refs
-from reviews.forms import DecisionForm, valid_action
-from reviews.preview import preview_for
-from reviews.suggest import suggestion
+from reviews.access.checks import actor, reader
+from reviews.decisions.approvals import waits_for_second_pair
+from reviews.decisions.decide import AlreadyDecided
+from reviews.decisions.decide import decide as record_decision
+from reviews.decisions.declaration import Action
+from reviews.decisions.evidence import Evidence, provider_refs
+from reviews.decisions.forms import DecisionForm, valid_action
+from reviews.decisions.kinds import KINDS
+from reviews.decisions.offer import allowed_actions
+from reviews.decisions.preview import preview_for
+from reviews.decisions.suggest import Suggestion, suggestion
+from reviews.queue import notes
+from reviews.queue.holds import claim_text
 from reviews.views.statements import shown_lines
 
 
@@ -128,53 +131,22 @@ def _compared(effect: Effect, events: list[EffectEvent]) -> dict[str, Any] | Non
     return {"event": event, "rows": rows, "record_redacted": _redacted(record)}
 
 
-def _suggested_compensation(effect: Effect) -> str:
-    """A starting point for the compensation request: undo by the provider's reference."""
-    request: dict[str, Any] = {}
-    if effect.provider_ref:
-        request["charge" if "amount" in (effect.request or {}) else "reference"] = (
-            effect.provider_ref
-        )
-    if isinstance(effect.request, dict) and "amount" in effect.request:
-        request["amount"] = effect.request["amount"]
-    return _pretty(request) if request else "{}"
-
-
-def question(effect: Effect, action: str, ref: str = "{ref}") -> str:
-    """What the confirmation asks, naming the decision and the effect; `{ref}` stands for the
-    provider reference the operator typed (decide.js fills it in as they confirm)."""
-    key = effect.effect_key
-    return {
-        "confirm": f"Confirm {key} as done by the provider (ref {ref})?",
-        "fail": f"Mark {key} as failed: the provider did not carry it out?",
-        "retry": f"Retry {key}: back to planned, for its agent to send again under the same key?",
-        "compensate": f"Compensate {key}: undo it with a compensating effect?",
-        "cancel": f"Cancel {key}: it will never be sent?",
-        "approve": f"Approve {key} (four-eyes)?",
-        "reject": f"Reject {key} (four-eyes)?",
-        "not_duplicate": f"Close {key} as not a duplicate (same charge)? Nothing is refunded.",
-        "accept_record": f"Accept the provider's record for {key} as what happened?",
-        "extra_attempt": (
-            f"Give {key} one more attempt ({effect.max_attempts + 1} in all), back to planned?"
-        ),
-    }[action]
-
-
 def _decisions(
     effect: Effect,
-    actions: list[str],
+    actions: list[Action],
     forms: dict[str, DecisionForm],
-    suggested: Any,
+    suggested: Suggestion | None,
     opened: str,
 ) -> list[dict[str, Any]]:
     """Each offered decision: its form (pre-filled where it is the suggested one), its
-    confirmation question, what happens after it, and whether it starts open."""
+    confirmation question, what happens after it, whether it is dangerous and whether it
+    starts open. All of it but the form's values is the kind's declaration."""
     for action in actions:
         if action not in forms:
+            kind = KINDS[action]
             initial: dict[str, Any] = {"version": effect.version}
-            if action == COMPENSATE:
-                initial["compensation_request"] = _suggested_compensation(effect)
-                initial["compensation_tool"] = policy_for(effect.tool).compensated_by
+            if kind.initial is not None:
+                initial.update(kind.initial(effect))
             if suggested is not None and suggested.action == action:
                 initial.update(suggested.initial)
             forms[action] = DecisionForm(initial=initial, action=action, auto_id=f"{action}_%s")
@@ -184,8 +156,9 @@ def _decisions(
         {
             "action": action,
             "form": forms[action],
-            "label": LABELS[action],
-            "question": question(effect, action),
+            "label": KINDS[action].label,
+            "dangerous": KINDS[action].dangerous,
+            "question": KINDS[action].question_for(effect),
             "preview": preview_for(effect, action),
             "suggested": suggested is not None and suggested.action == action,
             "open": action == opened or bool(forms[action].errors),
@@ -201,10 +174,36 @@ def _context(
     *,
     opened: str = "",
 ) -> dict:
+    """Everything the effect page shows: the effect and what surrounds it, and, around its open
+    review item, the decisions offered and who is working on it."""
     effect = get_object_or_404(
         Effect.objects.select_related("agent", "parent", "parent__agent"), pk=effect_id
     )
     events = list(EffectEvent.objects.filter(effect=effect).order_by("id"))
+    reviews = list(
+        ReviewItem.objects.filter(effect=effect)
+        .select_related("assignee", "resolved_by")
+        .order_by("-opened_at")
+    )
+    open_item = next((r for r in reviews if r.resolved_at is None), None)
+    return {
+        **_as_recorded(effect, events),
+        "reviews": reviews,
+        "open_review": open_item,
+        "provider_refs": (
+            provider_refs(effect, events)
+            if open_item is not None and open_item.reason == Reason.DUPLICATE
+            else []
+        ),
+        **_deciding(effect, events, open_item, user, forms or {}, opened),
+        # Notes on the open item and who is working on it (reviews.queue.notes).
+        **notes.panel(effect, open_item, user),
+    }
+
+
+def _as_recorded(effect: Effect, events: list[EffectEvent]) -> dict[str, Any]:
+    """The effect as the ledger holds it: its events, its provider's record, what it depends on
+    and what depends on it, its decisions and compensations, and its payloads."""
     children = list(Effect.objects.filter(parent=effect).order_by("created_at", "id"))
     upstream = list(
         EffectDependency.objects.filter(downstream=effect)
@@ -216,11 +215,6 @@ def _context(
         .select_related("downstream")
         .order_by("downstream__created_at")
     )
-    reviews = list(
-        ReviewItem.objects.filter(effect=effect)
-        .select_related("assignee", "resolved_by")
-        .order_by("-opened_at")
-    )
     # The provider's record of it: every line that names it, current or revised away, whatever
     # the statement's period (stmline_effect_idx).
     lines = shown_lines(
@@ -228,7 +222,35 @@ def _context(
         .select_related("statement")
         .order_by("statement__period_start", "statement_id", "line_no")
     )
-    open_item = next((r for r in reviews if r.resolved_at is None), None)
+    return {
+        "effect": effect,
+        "events": events,
+        "timeline": _timeline(events),
+        "compared": _compared(effect, events),
+        "reconciliations": [e for e in events if e.kind == EventKind.RECONCILIATION],
+        "statement_lines": lines,
+        "decisions": [c for c in children if c.kind == Kind.DECISION],
+        "compensations": [c for c in children if c.kind == Kind.COMPENSATION],
+        "upstream": upstream,
+        "downstream": downstream,
+        "executes": can_execute(effect.tool) if effect.kind == Kind.COMPENSATION else None,
+        "request_json": _pretty(effect.request),
+        "response_json": _pretty(effect.response),
+        "error_json": _pretty(effect.error),
+        "provenance_json": _pretty(effect.provenance),
+    }
+
+
+def _deciding(
+    effect: Effect,
+    events: list[EffectEvent],
+    open_item: ReviewItem | None,
+    user: Any,
+    forms: dict[str, DecisionForm],
+    opened: str,
+) -> dict[str, Any]:
+    """The decisions offered to `user`, the suggested one (open, unless `opened` names
+    another), and what they must know first: who holds the item, who asked for four-eyes."""
     evidence = _evidence(events)
     actions = allowed_actions(effect, user, item=open_item, evidence=evidence)
     suggested = suggestion(effect, open_item, evidence)
@@ -244,36 +266,12 @@ def _context(
         and open_item.assignee_id != getattr(user, "pk", None)
     )
     return {
-        "effect": effect,
-        "events": events,
-        "timeline": _timeline(events),
-        "compared": _compared(effect, events),
-        "provider_refs": (
-            provider_refs(effect, events)
-            if open_item is not None and open_item.reason == Reason.DUPLICATE
-            else []
-        ),
-        "reconciliations": [e for e in events if e.kind == EventKind.RECONCILIATION],
-        "statement_lines": lines,
-        "decisions": [c for c in children if c.kind == Kind.DECISION],
-        "compensations": [c for c in children if c.kind == Kind.COMPENSATION],
-        "upstream": upstream,
-        "downstream": downstream,
-        "reviews": reviews,
-        "open_review": open_item,
-        "decisions_offered": _decisions(effect, actions, forms or {}, suggested, opened),
+        "decisions_offered": _decisions(effect, actions, forms, suggested, opened),
         "suggested": suggested,
         # Another operator holds the open item: deciding over their claim is confirmed first.
         "claim": claim_text(open_item) if claimed else "",
         # Four-eyes: who asked for what waits (the page tells them another operator decides).
         "four_eyes_asker": asker if waits else None,
-        "executes": can_execute(effect.tool) if effect.kind == Kind.COMPENSATION else None,
-        "request_json": _pretty(effect.request),
-        "response_json": _pretty(effect.response),
-        "error_json": _pretty(effect.error),
-        "provenance_json": _pretty(effect.provenance),
-        # Notes on the open item and who is working on it (reviews.notes).
-        **notes.panel(effect, open_item, user),
     }
 
 
@@ -327,9 +325,9 @@ def decide(request: HttpRequest, effect_id: uuid.UUID, action: str) -> HttpRespo
         ref = form.cleaned_data.get("provider_ref") or ""
         context["confirm_step"] = {
             "action": action,
-            "label": LABELS[action],
+            "label": KINDS[action].label,
             "form": form,
-            "question": question(effect, action, ref),
+            "question": KINDS[action].question_for(effect, ref),
             "preview": preview_for(effect, action),
         }
         return render(request, template, context)

@@ -8,7 +8,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from ledger.audit import exports as ledger_exports
-from reviews.access import reader
+from reviews.access.checks import reader
 
 DATASET_LABELS = {"effects": "Effects", "events": "Events", "decisions": "Decisions"}
 FORMAT_LABELS = {"csv": "CSV", "jsonl": "JSON Lines"}

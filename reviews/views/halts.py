@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.containment.halts import active_halts, described, halt, resume
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Halt, HaltScope
-from reviews.access import actor, can_act, reader
+from reviews.access.checks import actor, can_act, reader
 
 CONFIRM_LABEL = "I understand that claims stop at once; this is recorded as a decision"
 

@@ -4,6 +4,7 @@ one, recorded as a decision by `ledger.statements.acknowledge_incident`."""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
@@ -14,11 +15,19 @@ from ledger.containment.iso4217 import major_units
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Incident
 from ledger.statements import acknowledge_incident, incident_queue
-from reviews.access import actor, can_act, reader
-from reviews.forms import AcknowledgeForm
+from reviews.access.checks import actor, can_act, reader
 
 PAGE_SIZE = 50
 RECENT = 50
+
+
+class AcknowledgeForm(forms.Form):
+    note = forms.CharField(
+        label="What was found",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Recorded with the decision; say what the charge was and what was done.",
+    )
 
 
 def _form(incident_id: int, data: dict | None = None) -> AcknowledgeForm:

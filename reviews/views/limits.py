@@ -2,8 +2,7 @@
 has used, what is left, and the claims refused lately. Read-only for every reader.
 
 The numbers are the ones the claim trigger counts (`ledger.containment.limits`, migration 0014):
-claims in
-the calendar minute (a `LimitCounter` row per scope and minute) and amounts charged in the
+claims in the calendar minute (a `LimitCounter` row per scope and minute) and amounts charged in the
 rolling 24 hours (`AmountCharge` rows). Reading them takes three queries whatever the number of
 tools: the page is read while a limit bites, when the database is busiest.
 """
@@ -22,7 +21,7 @@ from django.views.decorators.http import require_GET
 from ledger.containment.iso4217 import major_units
 from ledger.containment.limits import amount_limits
 from ledger.models import Agent, Alert, AlertKind, AmountCharge, LimitCounter, Tool
-from reviews.access import reader
+from reviews.access.checks import reader
 
 RECENT_REFUSALS = 20
 

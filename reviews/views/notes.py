@@ -16,8 +16,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Effect, ReviewItem
-from reviews import notes
-from reviews.access import actor, reader
+from reviews.access.checks import actor, reader
+from reviews.queue import holds, notes
+from reviews.queue import live as live_check
 
 
 def _panel(
@@ -55,7 +56,7 @@ def add(request: HttpRequest, item_id: int) -> HttpResponse:
 def release(request: HttpRequest, item_id: int) -> HttpResponse:
     item = get_object_or_404(ReviewItem, pk=item_id)
     try:
-        notes.release_item(item, request.user)
+        holds.release_item(item, request.user)
     except LedgerError as exc:
         if request.htmx:
             return _panel(request, item, exc.status, claim_problem=exc.detail)
@@ -68,19 +69,19 @@ def release(request: HttpRequest, item_id: int) -> HttpResponse:
 @require_GET
 @reader
 def live(request: HttpRequest, effect_id: uuid.UUID) -> HttpResponse:
-    seen = notes.LiveState.parse(request.GET.get("version", ""), request.GET.get("item", ""))
+    seen = live_check.LiveState.parse(request.GET.get("version", ""), request.GET.get("item", ""))
     if seen is None:
         return HttpResponseBadRequest(
             "Give the page's state: ?version=<effect version>&item=<item.holder.notes>.",
             content_type="text/plain",
         )
-    now = notes.live_state(effect_id)
+    now = live_check.live_state(effect_id)
     if now is None:
         return HttpResponse("No such effect.", status=404, content_type="text/plain")
     if now == seen:
         return HttpResponse(status=204)
     context = {
-        "changes": notes.what_changed(effect_id, seen, now, request.user),
+        "changes": live_check.what_changed(effect_id, seen, now, request.user),
         "effect_id": effect_id,
         "now_version": now.version,
         "now_fingerprint": now.fingerprint,

@@ -19,7 +19,7 @@ from ledger.effects.states import INCOMPLETE, Kind, Status
 from ledger.models import Effect, EffectEvent, EventKind, Incident, Mode
 from ledger.observability.metrics import summary
 from ledger.observability.summary import REVIEW_AGE_HOURS, Summary
-from reviews.access import reader
+from reviews.access.checks import reader
 
 # Labels of the summary's age buckets of open review items (REVIEW_AGE_HOURS).
 AGE_LABELS = ["< 1 h", "1–6 h", "6–24 h", "1–3 d", "3–7 d", "> 7 d"]

@@ -13,14 +13,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import Incident, ReviewItem
-from reviews.access import actor, reader
-from reviews.bulk import INLINE_LIMIT, KINDS
-from reviews.decisions import LABELS
-from reviews.filters import QueueFilter, operators
+from reviews.access.checks import actor, reader
+from reviews.decisions.kinds import KINDS as DECLARED
 from reviews.models import SavedFilter
-from reviews.queue import (
-    assign_item,
-    claim_item,
+from reviews.queue.bulk import INLINE_LIMIT, KINDS
+from reviews.queue.filters import QueueFilter, operators
+from reviews.queue.holds import assign_item, claim_item
+from reviews.queue.pages import (
     dress,
     fingerprint,
     open_page,
@@ -62,7 +61,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "open_incidents": Incident.objects.filter(acknowledged_at__isnull=True).count(),
         "unlisted": unlisted(filters.qs, searched) if searched.strip() else [],
         "saved_filters": list(SavedFilter.objects.filter(owner=request.user)),
-        "bulk_kinds": [(kind, LABELS[kind]) for kind in KINDS],
+        "bulk_kinds": [(action, DECLARED[action].label) for action in KINDS],
         "inline_limit": INLINE_LIMIT,
     }
     template = "reviews/queue.html#results" if request.htmx else "reviews/queue.html"

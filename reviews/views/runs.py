@@ -35,8 +35,8 @@ from ledger.effects.recovery import (
 from ledger.effects.states import Kind
 from ledger.models import Agent, Effect, Reason, Run
 from reconcilers.execution import can_execute
-from reviews.access import reader
-from reviews.preview import money_of
+from reviews.access.checks import reader
+from reviews.decisions.whatnext import money_of
 
 
 class RunForm(forms.Form):

@@ -4,27 +4,68 @@ uploaded file as a stream and shows what it did."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.containment.iso4217 import major_units
-from ledger.models import StatementImport
+from ledger.models import StatementImport, Tool
 from ledger.models.statements import Origin
 from ledger.statements import StatementError, import_statement
-from reviews.access import actor, can_act, reader
-from reviews.forms import StatementUploadForm
+from reviews.access.checks import actor, can_act, reader
 
 PAGE_SIZE = 25
 # An uploaded file may be this large at most (`SizeLimit`). Django's DATA_UPLOAD_MAX_MEMORY_SIZE
 # leaves files out, and a statement is parsed as a stream, so the limit is only about disk.
 STATEMENT_MAX_BYTES = 200 * 1024 * 1024
+
+
+class UTCDateTimeField(forms.DateTimeField):
+    """A `datetime-local` input, read as UTC (the form says so) whatever the server's zone."""
+
+    widget = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+
+    def to_python(self, value: Any) -> datetime | None:
+        with timezone.override(UTC):
+            return super().to_python(value)
+
+
+class StatementUploadForm(forms.Form):
+    tool = forms.ChoiceField(label="Tool")
+    file = forms.FileField(
+        label="Statement file",
+        help_text="CSV or JSON Lines (.csv, .jsonl), as the provider sent it",
+        error_messages={"required": "Choose the statement file to upload."},
+    )
+    period_start = UTCDateTimeField(label="Period start (UTC)")
+    period_end = UTCDateTimeField(label="Period end (UTC, not included)")
+    provisional = forms.BooleanField(
+        label="Provisional: the provider may still change it (it proves no absence)",
+        required=False,
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Only tools that declare statements; another name is refused as a wrong choice.
+        names = Tool.objects.filter(statements=True).order_by("name").values_list("name", flat=True)
+        self.fields["tool"].choices = [(name, name) for name in names]
+        self.fields["file"].widget.attrs["accept"] = ".csv,.jsonl,.ndjson"
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        start, end = data.get("period_start"), data.get("period_end")
+        if start and end and end <= start:
+            self.add_error("period_end", "The period must end after it starts.")
+        return data
 
 
 class SizeLimit(FileUploadHandler):

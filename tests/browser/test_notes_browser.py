@@ -8,7 +8,7 @@ from playwright.sync_api import Page, expect
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.decisions import Ask, decide
+from reviews.decisions.decide import Ask, decide
 from reviews.models import ReviewNote
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.queue import claim_item
+from reviews.queue.holds import claim_item
 from tests.factories import lookup_found
 
 pytestmark = pytest.mark.browser

@@ -8,8 +8,7 @@ Idempotency-Key): delivery is at least once, so a receiver drops the repeats by 
 Much of an alert is text an agent chose (run ids, effect keys, tool names, reasons), and it
 reaches people from the ledger's own sender. Every line built from it is one line
 (`ledger.containment.plaintext.one_line`: a line break in a run id can neither end the email's
-subject
-header nor forge a line of the body), and in Slack's format every such value is escaped as
+subject header nor forge a line of the body), and in Slack's format every such value is escaped as
 Slack asks (`&`, `<`, `>`), so `<!channel>` or `<https://evil.example|Re-login>` arrive as the
 text they are, not as a mention or a disguised link; the one link is the ledger's own.
 """

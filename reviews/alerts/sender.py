@@ -1,20 +1,16 @@
-"""Alerts on review items, and the one sender of the alert outbox.
+"""The one sender of the alert outbox.
 
-`sweep` (a django-q2 schedule) enqueues, in one set-based statement, an alert for every open
-review item that has passed 75% of its time (opened_at → due_at) and one for every item that
-is overdue; the unique (kind, key) of the outbox makes each fire once, however often the sweep
-runs. An item first seen already overdue gets only the overdue alert.
-
-`send_due` (another schedule, every minute) leases one alert at a time
-(`ledger.containment.outbox`),
-delivers it to every configured channel that has not taken it yet, outside any transaction,
-and records the result. Whatever fails is retried after a backoff, so each alert reaches each
-channel at least once. A failure is always the failure of one alert (and one channel): any
-exception while delivering a row, whatever its type, is recorded as a failed attempt of that
-row and the sender goes on to the next, so no row an agent could shape (a callback URL, a run
-id in a subject) can stop the alerts behind it. Halts and limit breaches enqueue through
-`ledger.containment.outbox.notify`; agents' callbacks are enqueued by the status-change trigger
-(`ledger.api.notifications`) and go only to the effect's own callback_url (`reviews.callbacks`).
+`send_due` (a django-q2 schedule, every minute) leases one alert at a time
+(`ledger.containment.outbox`), delivers it to every configured channel that has not taken it
+yet, outside any transaction, and records the result. Whatever fails is retried after a backoff,
+so each alert reaches each channel at least once. A failure is always the failure of one alert
+(and one channel): any exception while delivering a row, whatever its type, is recorded as a
+failed attempt of that row and the sender goes on to the next, so no row an agent could shape (a
+callback URL, a run id in a subject) can stop the alerts behind it. Halts and limit breaches
+enqueue through `ledger.containment.outbox.notify`, the review items' alerts through
+`reviews.alerts.due`; agents' callbacks are enqueued by the status-change trigger
+(`ledger.api.notifications`) and go only to the effect's own callback_url
+(`reviews.alerts.callbacks`).
 """
 
 from __future__ import annotations
@@ -22,62 +18,24 @@ from __future__ import annotations
 import logging
 import time
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from ledger.containment.outbox import Leased, back_off, finish, lease
 from ledger.containment.plaintext import one_line
-from ledger.models import Agent, Alert, AlertKind, Effect, ReviewItem
-from reviews.alertchannels import DeliveryFailed, channels, subject
-from reviews.callbacks import CallbackFailed, send_callback
+from ledger.models import AlertKind
+from reviews.alerts.callbacks import CallbackFailed, send_callback
+from reviews.alerts.channels import DeliveryFailed, channels, subject
 
-log = logging.getLogger(__name__)
+# The module's name before it moved into reviews/alerts/: log pipelines filter on it.
+log = logging.getLogger("reviews.alerts")
 
 # A run stops leasing after this many seconds; with one send's timeouts (email and webhook,
 # 10 s each) it stays under django-q2's task timeout (60 s), itself under `retry` (120 s) and
 # the outbox lease (90 s), so no second run or sender takes rows this one is sending.
 TIME_BUDGET = 30.0
-# The fraction of an item's time after which it is "due soon".
-DUE_SOON = 0.75
 # Tries of one agent callback (backoff 30 s … 8 min between them,
 # ledger.containment.outbox.retry_delay).
 CALLBACK_ATTEMPTS = 6
-
-
-def sweep() -> int:
-    """Enqueue the review items' alerts that are due. Returns how many were new."""
-    # Open items are few (the review queue); the partial index review_open_due_idx finds them.
-    sql = f"""
-        INSERT INTO {Alert._meta.db_table}
-               (id, kind, key, payload, created_at, attempts, delivered, last_error)
-        SELECT gen_random_uuid(), m.kind, r.id::text,
-               jsonb_build_object(
-                   'summary', e.effect_key || ' (' || e.tool || ', ' || r.reason || ')',
-                   'link', '/effects/' || e.id || '/',
-                   'review_item', r.id, 'effect_id', e.id, 'effect_key', e.effect_key,
-                   'tool', e.tool, 'agent', a.name, 'run_id', e.run_id, 'status', e.status,
-                   'reason', r.reason, 'opened_at', r.opened_at, 'due_at', r.due_at),
-               now(), 0, '[]'::jsonb, ''
-          FROM {ReviewItem._meta.db_table} r
-          JOIN {Effect._meta.db_table} e ON e.id = r.effect_id
-          JOIN {Agent._meta.db_table} a ON a.id = e.agent_id
-         CROSS JOIN LATERAL (VALUES
-                   (%(soon)s, r.opened_at + (r.due_at - r.opened_at) * %(fraction)s),
-                   (%(overdue)s, r.due_at)) AS m(kind, fires_at)
-         WHERE r.resolved_at IS NULL
-           AND m.fires_at <= now()
-           AND NOT (m.kind = %(soon)s AND r.due_at <= now())
-        ON CONFLICT (kind, key) DO NOTHING
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql,
-            {
-                "soon": AlertKind.REVIEW_DUE_SOON.value,
-                "overdue": AlertKind.REVIEW_OVERDUE.value,
-                "fraction": DUE_SOON,
-            },
-        )
-        return cursor.rowcount
 
 
 def _describe(exc: Exception) -> str:

@@ -19,7 +19,7 @@ what it can, and the operator adds what they checked.
 | the latest lookup proved absence, or a retry is  | retry                                   |
 |   safe by `recovery.retry_ground`                |                                         |
 
-A suggestion is made only for a decision the page offers (`reviews.decision_kinds.refusal`).
+A suggestion is made only for a decision the page offers (`reviews.decisions.offer.refusal`).
 """
 
 from __future__ import annotations
@@ -30,27 +30,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ledger.effects.recovery import database_now, retry_ground
+from ledger.effects.recovery import database_now
 from ledger.effects.states import Kind, Status
 from ledger.models import Effect, Reason, ReviewItem
 from ledger.policy.tools import policy_for
-from reviews import decision_kinds as kinds
-from reviews.decision_kinds import (
-    ACCEPT_RECORD,
-    CANCEL,
-    COMPENSATE,
-    CONFIRM,
-    EXTRA_ATTEMPT,
-    FAIL,
-    NOT_DUPLICATE,
-    RETRY,
-)
-from reviews.evidence import FAILED_STATUSES, NOT_FOUND, Evidence, evidence_for
+from reviews.decisions.declaration import MISMATCH_REASONS, Action
+from reviews.decisions.evidence import FAILED_STATUSES, NOT_FOUND, Evidence, evidence_for
+from reviews.decisions.grounds import resend_ground
+from reviews.decisions.kinds import KINDS
+from reviews.decisions.offer import refusal
 
 
 @dataclass(frozen=True)
 class Suggestion:
-    action: str  # one of reviews.decisions.ACTIONS
+    action: Action
     label: str  # what the button says, e.g. "Confirm (the lookup found ch_123)"
     initial: dict[str, Any] = field(default_factory=dict)  # the decision form's pre-filled fields
 
@@ -93,85 +86,101 @@ def _suggest(
     made = _from_evidence(effect, item, evidence, now)
     if made is None:
         return None
-    ground = _ground(effect, evidence, now) if made.action == EXTRA_ATTEMPT else ""
-    if kinds.refusal(effect, item, made.action, evidence, ground) is not None:
+    grounded = KINDS[made.action].grounded
+    ground = _ground(effect, evidence, now) if grounded else ""
+    if refusal(effect, item, made.action, evidence, ground) is not None:
         return None
     return made
 
 
 def _ground(effect: Effect, evidence: Evidence, now: datetime) -> str:
-    if effect.status == Status.PLANNED:
-        return "planned"
-    return retry_ground(
-        effect, policy_for(effect.tool), now=now, last_lookup=evidence.lookup_outcome
-    )
+    return resend_ground(effect, evidence, policy=policy_for(effect.tool), now=now)
 
 
 def _from_evidence(
     effect: Effect, item: ReviewItem, evidence: Evidence, now: datetime
 ) -> Suggestion | None:
+    """The suggestion for the item's reason (the table above), before the page's rules."""
     reason = item.reason
     if reason == Reason.DUPLICATE:
         return _duplicate(effect, evidence)
-    if reason in kinds.MISMATCH_REASONS:
+    if reason in MISMATCH_REASONS:
         return _mismatch(evidence)
     if reason == Reason.ATTEMPTS_EXHAUSTED:
-        # A planned effect spent its attempts being refused before it was sent: one more is
-        # unlikely to fare better, so cancelling is suggested (one more attempt is offered).
-        if effect.status == Status.PLANNED:
-            return Suggestion(
-                CANCEL,
-                "Cancel (no attempts left)",
-                {"reason": "All attempts were refused before sending: cancelled."},
-            )
-        if _ground(effect, evidence, now):
-            return Suggestion(
-                EXTRA_ATTEMPT,
-                f"One more attempt ({effect.attempt} of {effect.max_attempts} used)",
-                {"reason": "Sending it again under the same key cannot do it twice."},
-            )
-        return None
+        return _exhausted(effect, evidence, now)
     if reason == Reason.MANUAL_EXECUTION and effect.status == Status.PLANNED:
         return Suggestion(
-            CONFIRM, "Confirm (done by hand)", {"reason": "Carried out by hand by an operator."}
+            Action.CONFIRM,
+            "Confirm (done by hand)",
+            {"reason": "Carried out by hand by an operator."},
         )
     if effect.status not in (Status.UNKNOWN, Status.AWAITING_CONFIRMATION):
         return None
-    lookup = evidence.lookup
-    if evidence.found_ref and lookup is not None:
-        status = str(lookup.data.get("status") or "")
-        cited = f"Lookup event {lookup.id}: the provider holds {evidence.found_ref} ({status})."
-        if status == Status.CONFIRMED:
-            return Suggestion(
-                CONFIRM,
-                f"Confirm (the lookup found {evidence.found_ref})",
-                {
-                    "provider_ref": evidence.found_ref,
-                    "evidence": cited,
-                    "reason": "The provider's lookup found it done.",
-                },
-            )
-        if status in FAILED_STATUSES:
-            return Suggestion(
-                FAIL,
-                f"Mark failed (the lookup found {evidence.found_ref} {status})",
-                {"evidence": cited, "reason": "The provider's lookup found it failed."},
-            )
-        return None
-    if effect.status != Status.UNKNOWN or effect.attempt >= effect.max_attempts:
-        return None
-    if evidence.lookup_outcome == NOT_FOUND or _ground(effect, evidence, now):
-        absent = (
-            f" (lookup event {lookup.id} found nothing)"
-            if lookup is not None and evidence.lookup_outcome == NOT_FOUND
-            else ""
-        )
+    if evidence.found_ref and evidence.lookup is not None:
+        return _found(evidence)
+    return _retry(effect, evidence, now)
+
+
+def _exhausted(effect: Effect, evidence: Evidence, now: datetime) -> Suggestion | None:
+    """Attempts exhausted: one more where a resend is safe. A planned effect spent its attempts
+    being refused before it was sent: one more is unlikely to fare better, so cancelling is
+    suggested (one more attempt is offered)."""
+    if effect.status == Status.PLANNED:
         return Suggestion(
-            RETRY,
-            "Retry (same idempotency key)",
-            {"reason": f"A retry under the same key cannot do it twice{absent}."},
+            Action.CANCEL,
+            "Cancel (no attempts left)",
+            {"reason": "All attempts were refused before sending: cancelled."},
+        )
+    if _ground(effect, evidence, now):
+        return Suggestion(
+            Action.EXTRA_ATTEMPT,
+            f"One more attempt ({effect.attempt} of {effect.max_attempts} used)",
+            {"reason": "Sending it again under the same key cannot do it twice."},
         )
     return None
+
+
+def _found(evidence: Evidence) -> Suggestion | None:
+    """The latest lookup found it: confirmed with its reference, or failed, as it found it."""
+    lookup = evidence.lookup
+    status = str(lookup.data.get("status") or "")
+    cited = f"Lookup event {lookup.id}: the provider holds {evidence.found_ref} ({status})."
+    if status == Status.CONFIRMED:
+        return Suggestion(
+            Action.CONFIRM,
+            f"Confirm (the lookup found {evidence.found_ref})",
+            {
+                "provider_ref": evidence.found_ref,
+                "evidence": cited,
+                "reason": "The provider's lookup found it done.",
+            },
+        )
+    if status in FAILED_STATUSES:
+        return Suggestion(
+            Action.FAIL,
+            f"Mark failed (the lookup found {evidence.found_ref} {status})",
+            {"evidence": cited, "reason": "The provider's lookup found it failed."},
+        )
+    return None
+
+
+def _retry(effect: Effect, evidence: Evidence, now: datetime) -> Suggestion | None:
+    """Nothing found: a retry, where the lookup proved it absent or a resend is safe."""
+    if effect.status != Status.UNKNOWN or effect.attempt >= effect.max_attempts:
+        return None
+    if evidence.lookup_outcome != NOT_FOUND and not _ground(effect, evidence, now):
+        return None
+    lookup = evidence.lookup
+    absent = (
+        f" (lookup event {lookup.id} found nothing)"
+        if lookup is not None and evidence.lookup_outcome == NOT_FOUND
+        else ""
+    )
+    return Suggestion(
+        Action.RETRY,
+        KINDS[Action.RETRY].label,
+        {"reason": f"A retry under the same key cannot do it twice{absent}."},
+    )
 
 
 def _duplicate(effect: Effect, evidence: Evidence) -> Suggestion:
@@ -184,7 +193,7 @@ def _duplicate(effect: Effect, evidence: Evidence) -> Suggestion:
     if len(distinct) <= 1:
         ref = distinct[0] if distinct else "—"
         return Suggestion(
-            NOT_DUPLICATE,
+            Action.NOT_DUPLICATE,
             f"Not a duplicate: same charge ({ref})",
             {
                 "evidence": f"Checked the provider: one charge, {ref} ({cited} names no other).",
@@ -196,7 +205,7 @@ def _duplicate(effect: Effect, evidence: Evidence) -> Suggestion:
     if isinstance(effect.request, dict) and "amount" in effect.request:
         request["amount"] = effect.request["amount"]
     return Suggestion(
-        COMPENSATE,
+        Action.COMPENSATE,
         f"Compensate (refund the second charge {other})",
         {
             "compensation_request": json.dumps(request, indent=2),
@@ -212,8 +221,8 @@ def _mismatch(evidence: Evidence) -> Suggestion:
     record = evidence.record
     if record is None:
         return Suggestion(
-            ACCEPT_RECORD,
-            "Provider's record accepted",
+            Action.ACCEPT_RECORD,
+            KINDS[Action.ACCEPT_RECORD].label,
             {"reason": "The provider's record stands."},
         )
     differing = ", ".join(str(m) for m in evidence.record_data.get("mismatches") or [])
@@ -221,7 +230,7 @@ def _mismatch(evidence: Evidence) -> Suggestion:
     ref = evidence.record_ref or "its record"
     if evidence.record_status in FAILED_STATUSES:
         return Suggestion(
-            FAIL,
+            Action.FAIL,
             f"Mark failed (the provider's {ref} {evidence.record_status})",
             {
                 "evidence": f"Event {record.id}: the provider's {ref} is "
@@ -230,7 +239,7 @@ def _mismatch(evidence: Evidence) -> Suggestion:
             },
         )
     return Suggestion(
-        ACCEPT_RECORD,
+        Action.ACCEPT_RECORD,
         f"Provider's record accepted ({ref})",
         {
             "evidence": f"Event {record.id}: the provider's record {ref} "

@@ -21,13 +21,12 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
-from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils import timezone
 
 from ledger.containment.iso4217 import major_units
 from ledger.models import Effect, ReviewItem
-from reviews.suggest import suggest_for_rows
+from reviews.decisions.suggest import suggest_for_rows
 from reviews.templatetags.times import FORMAT
 
 PAGE_SIZE = 50
@@ -41,9 +40,9 @@ SEARCH_LIMIT = 1_000
 
 # What a row of the queue shows: the item, its effect's key, status, version (for the live
 # fingerprint) and what is at stake, the agent's and the people's names; and what the row's
-# suggestion weighs (`reviews.suggest`: attempts, tool, reference, age, and the request, whose
-# amount a suggested refund repeats). Everything else (responses, provenance) stays in the
-# database.
+# suggestion weighs (`reviews.decisions.suggest`: attempts, tool, reference, age, and the
+# request, whose amount a suggested refund repeats). Everything else (responses, provenance)
+# stays in the database.
 _SHOWN = (
     "effect",
     "effect__effect_key",
@@ -155,7 +154,7 @@ def rows(ids: Sequence[int]) -> list[ReviewItem]:
 def dress(items: Sequence[ReviewItem], now: datetime | None = None) -> None:
     """Give each row what it shows beyond its columns: the effect's real age, what is at stake,
     and the decision the evidence suggests (one batch of queries for the whole page,
-    `reviews.suggest.suggest_for_rows`)."""
+    `reviews.decisions.suggest.suggest_for_rows`)."""
     now = now or timezone.now()
     suggestions = suggest_for_rows(items) if items else {}
     # Each row's three addresses from one reversal each (a `{% url %}` per row and link is a
@@ -235,24 +234,3 @@ def fingerprint(page: QueuePage) -> str:
             f"{item.pk}:{item.effect.version}:{item.assignee_id}:{item.resolved_at}:{item.severity}"
         )
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-
-
-def claim_item(item: ReviewItem, user: Any) -> Any:
-    """Take an open, unassigned item. Returns who holds it now (the caller, or whoever was
-    first: the conditional UPDATE lets exactly one of two simultaneous claims through). The
-    claim's time is the database's, as every other time on the item."""
-    ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True, assignee__isnull=True).update(
-        assignee=user, claimed_at=Now()
-    )
-    return ReviewItem.objects.select_related("assignee").get(pk=item.pk).assignee
-
-
-def assign_item(item: ReviewItem, assignee: Any) -> bool:
-    """Hand an open item to someone (reassigning is allowed). False when it was resolved.
-    The new holder's claim starts now: the effect page says since when they work on it."""
-    held_since = Now() if assignee is not None else None
-    return bool(
-        ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True).update(
-            assignee=assignee, claimed_at=held_since
-        )
-    )

@@ -13,7 +13,7 @@ from django.utils import timezone
 from ledger.effects.states import Status
 from ledger.models import Mode, Reason, ReviewItem, Severity
 from ledger.policy.roles import ADMIN, OPERATOR
-from reviews.queue import search
+from reviews.queue.pages import search
 
 AGES = [
     ("lt1d", "Under a day"),

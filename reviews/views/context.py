@@ -12,7 +12,7 @@ from django.utils.functional import SimpleLazyObject
 from ledger.containment.halts import active_halts
 from ledger.effects.states import Status
 from ledger.observability.metrics import summary
-from reviews.access import can_act, can_read
+from reviews.access.checks import can_act, can_read
 from reviews.views.approvals import pending_proposals
 
 
@@ -24,8 +24,7 @@ def roles(request: HttpRequest) -> dict[str, Any]:
 def waiting_for_approval() -> int:
     """How many effects and retry proposals wait for four-eyes (the approvals page's rows).
     The effects are counted from the ledger's summary (`ledger.observability.summary`, refreshed
-    every few
-    seconds by a thread), not by a count over the effects on every page; the proposals are
+    every few seconds by a thread), not by a count over the effects on every page; the proposals are
     few and indexed."""
     held = sum(
         n

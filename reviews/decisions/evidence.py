@@ -4,7 +4,7 @@ Two events matter to an operator's choice: the latest lookup at the provider (a 
 event: found, not found, duplicate, inconclusive) and the latest event that carries the
 provider's own record of the effect (`data["record"]`: a lookup's answer, or a webhook held for
 review). Both are read for many effects at once, one query each, so that a queue page of any
-length costs the same (`reviews.suggest.suggest_for_rows`).
+length costs the same (`reviews.decisions.suggest.suggest_for_rows`).
 """
 
 from __future__ import annotations

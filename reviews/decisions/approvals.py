@@ -1,12 +1,11 @@
 """Four-eyes: what a second operator must approve, and who may be that second operator.
 
-Two things wait for a second pair of eyes (`reviews.decisions` records the decisions):
+Two things wait for a second pair of eyes (`reviews.decisions.decide` records the decisions):
 - an effect in `awaiting_approval` (its amount was above its tool's `approve_above`): approve
   moves it to `planned`, reject to `cancelled`;
 - a retry whose only ground is an operator's word that the provider never received the request
-  (`ledger.effects.recovery.VERIFIED_ABSENT`, the one rule that judges retry safety): it is
-  recorded as
-  a pending `RetryProposal`, the effect stays `unknown`, and approve carries the retry out while
+  (`ledger.effects.recovery.VERIFIED_ABSENT`, the one rule that judges retry safety): it is recorded
+  as a pending `RetryProposal`, the effect stays `unknown`, and approve carries the retry out while
   reject drops it.
 
 Never the one who asked (the agent or operator whose intent it was, or the proposer), and never
