@@ -19,7 +19,8 @@ from ledger.effects.states import Status
 from ledger.effects.transitions import Move, transition, transition_many
 from ledger.errors import InvalidTransition
 from ledger.models import AmountCharge, Effect, EffectEvent, Tool
-from ledger.policy import configversion
+from ledger.observability.metrics import declared_tools
+from ledger.policy import agentkeys, configversion
 from reconcilers.reconcile import ACTOR, check, process_many, take
 from tests import test_metrics
 from tests.factories import SETTLED, charge_at, checks_of, lost, stored
@@ -137,9 +138,12 @@ def test_a_batch_of_proofs_of_non_receipt_releases_every_amount(alice, provider)
 
 
 def test_a_bigger_batch_costs_no_more_statements(alice, provider, monkeypatch):
-    # The configuration version is read again once this process's copy is STALE_AFTER old:
-    # that depends on the clock, not on the batch, so it is held still here.
+    # What the process reads once and keeps (the configuration version, the declared tools'
+    # names for the metrics' labels) depends on the clock and on what ran before, not on the
+    # batch: read here first, and held still for the two batches.
     monkeypatch.setattr(configversion, "STALE_AFTER", 120.0)
+    monkeypatch.setattr(agentkeys, "RECHECK_SECONDS", 120.0)
+    declared_tools()
 
     def statements(count: int, prefix: str) -> int:
         effects = [lost(alice, f"{prefix}-{n}", seconds_ago=SETTLED) for n in range(count)]

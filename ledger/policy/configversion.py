@@ -56,9 +56,10 @@ def seen_within(max_age: float) -> int | None:
     return None
 
 
-def current(max_age: float = STALE_AFTER) -> int:
-    """The version, read from the database when this process's copy is older than `max_age`."""
-    version = seen_within(max_age)
+def current(max_age: float | None = None) -> int:
+    """The version, read from the database when this process's copy is older than `max_age`
+    (STALE_AFTER, read at the call)."""
+    version = seen_within(STALE_AFTER if max_age is None else max_age)
     if version is None:
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT {VERSION_SQL}")
