@@ -1,4 +1,5 @@
-"""The halts page: what is halted, and (operators, admins) halting and resuming."""
+"""The halts page: what is halted, and (operators, admins) halting and resuming: one view per
+verb, each calling its namesake in `ledger.containment.halts`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.containment.halts import active_halts, described, halt, resume
+from ledger.containment import halts as kill_switch
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Halt, HaltScope
 from reviews.access.checks import actor, can_act, reader
@@ -38,7 +39,7 @@ class ResumeForm(forms.Form):
 
 def _page(request: HttpRequest, form: HaltForm | None = None, status: int = 200) -> HttpResponse:
     context = {
-        "halts": active_halts(),
+        "halts": kill_switch.active_halts(),
         "lifted": list(Halt.objects.filter(lifted_at__isnull=False).order_by("-lifted_at")[:20]),
         "form": form or (HaltForm(auto_id="halt_%s") if can_act(request.user) else None),
     }
@@ -53,13 +54,13 @@ def halts(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @actor
-def add(request: HttpRequest) -> HttpResponse:
+def halt(request: HttpRequest) -> HttpResponse:
     form = HaltForm(request.POST, auto_id="halt_%s")
     if not form.is_valid():
         return _page(request, form, 422)
     data = form.cleaned_data
     try:
-        switched = halt(
+        switched = kill_switch.halt(
             data["scope"],
             data["value"],
             reason=data["reason"],
@@ -71,21 +72,22 @@ def add(request: HttpRequest) -> HttpResponse:
             form.add_error(name if name in form.fields else None, text)
         return _page(request, form, 422)
     if switched.changed:
-        messages.success(request, f"Halted. {described(switched.halt)}")
+        messages.success(request, f"Halted. {kill_switch.described(switched.halt)}")
     else:
-        messages.info(request, f"Already halted; nothing changed. {described(switched.halt)}")
+        described = kill_switch.described(switched.halt)
+        messages.info(request, f"Already halted; nothing changed. {described}")
     return redirect("halts")
 
 
 @require_POST
 @actor
-def lift(request: HttpRequest, halt_id: int) -> HttpResponse:
+def resume(request: HttpRequest, halt_id: int) -> HttpResponse:
     form = ResumeForm(request.POST, auto_id=None)
     if not form.is_valid():
         messages.error(request, "Give a reason and tick the confirmation to resume.")
         return _page(request, status=422)
     try:
-        switched = resume(
+        switched = kill_switch.resume(
             halt_id, reason=form.cleaned_data["reason"], by=request.user.get_username()
         )
     except LedgerError as exc:
