@@ -19,7 +19,10 @@ from reviews.views import (
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("queue/", queue.queue, name="queue"),
-    path("queue/<int:item_id>/claim", queue.claim, name="review-claim"),
+    path("queue/<int:item_id>/hold", queue.hold, name="review-hold"),
+    # The hold's address before it had its own word, answered for one release (a page or a
+    # bookmark from before the deploy still works).
+    path("queue/<int:item_id>/claim", queue.hold, name="review-hold-old-path"),
     path("queue/<int:item_id>/assign", queue.assign, name="review-assign"),
     path("queue/<int:item_id>/notes", notes.add, name="review-note"),
     path("queue/<int:item_id>/release", notes.release, name="review-release"),

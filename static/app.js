@@ -138,7 +138,7 @@
     return !active || active === document.body || !active.isConnected;
   }
 
-  // A swap with nothing to announce (a claimed queue row): focus its first control rather
+  // A swap with nothing to announce (a held queue row): focus its first control rather
   // than leave it on <body>.
   function firstControl(elements) {
     for (var i = 0; i < elements.length; i++) {

@@ -2,7 +2,7 @@
 // the effect and shows what happens next, before a decision form is sent; and the result of a
 // decision focused and in view when a page load brings it (app.js does so after a swap).
 //
-// A decision form carries empty hidden `confirm` and `over_claim` inputs. The server records
+// A decision form carries empty hidden `confirm` and `over_hold` inputs. The server records
 // nothing until `confirm` is set: without this script it answers with a confirmation step of
 // its own, so the no-JavaScript path asks once too. htmx asks us before each request
 // (htmx:confirm); we hold the request, open the dialog, and let it go once confirmed.
@@ -33,7 +33,7 @@
       if (!confirmed) return;
       form.elements.confirm.value = "on";
       // The dialog said who holds the item and asked to decide anyway.
-      if (form.dataset.claim) form.elements.over_claim.value = "on";
+      if (form.dataset.held) form.elements.over_hold.value = "on";
       proceed();
     }
     function onConfirm() { done(true); }
@@ -61,7 +61,7 @@
     // A request that did not swap (a network error) must not leave the form pre-confirmed.
     if (form.isConnected) {
       form.elements.confirm.value = "";
-      form.elements.over_claim.value = "";
+      form.elements.over_hold.value = "";
     }
   });
 

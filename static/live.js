@@ -86,11 +86,11 @@
     if (page && !busy(page)) refresh(page, poller.innerHTML);
   });
 
-  /* A claim from the panel answers with a queue row, which is dropped (hx-swap="none"):
-   * check at once, so the panel shows the claim without waiting for the next poll. */
+  /* A hold from the panel answers with a queue row, which is dropped (hx-swap="none"):
+   * check at once, so the panel shows the hold without waiting for the next poll. */
   document.addEventListener("htmx:afterRequest", function (event) {
     const form = event.detail.elt;
-    if (!form || !form.hasAttribute || !form.hasAttribute("data-live-claim")) return;
+    if (!form || !form.hasAttribute || !form.hasAttribute("data-live-hold")) return;
     const poller = banner();
     if (poller && event.detail.successful) window.htmx.trigger(poller, "live-check");
   });

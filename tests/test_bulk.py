@@ -15,7 +15,7 @@ from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, ReviewItem
 from reviews.models import BulkJob
 from reviews.queue.bulk import INLINE_LIMIT, REDRIVES, redrive_lost, run_job
-from reviews.queue.holds import claim_item
+from reviews.queue.holds import hold_item
 from tests.factories import in_review, lookup_found, signed_in
 
 
@@ -98,10 +98,10 @@ def test_items_that_cannot_take_the_decision_are_skipped_with_the_reason(olga, m
     assert decisions_on(approval) == []
 
 
-def test_an_item_another_operator_claimed_is_skipped_not_decided_over(olga, otto, make_effect):
+def test_an_item_another_operator_holds_is_skipped_not_decided_over(olga, otto, make_effect):
     effect = make_effect("planned")
     item = in_review(effect)
-    claim_item(item, otto)
+    hold_item(item, otto)
     html = ask(signed_in(olga), [item], action="cancel", reason="x").content.decode()
     assert "<strong>0 done</strong>, <strong>1 skipped</strong>" in html and "otto" in html
     assert Effect.objects.get(pk=effect.pk).status == "planned"

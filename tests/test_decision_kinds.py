@@ -339,26 +339,28 @@ def test_one_more_attempt_is_refused_once_the_lookup_found_it(make_effect, olga)
     assert refused.value.code == "record_found"
 
 
-def test_deciding_over_another_operators_claim_needs_the_askers_say_so(make_effect, olga, otto):
+def test_deciding_over_another_operators_hold_needs_the_askers_say_so(make_effect, olga, otto):
     effect = with_item(make_effect("unknown", attempt=1), Reason.INCONCLUSIVE)
-    claimed = datetime(2026, 1, 5, 10, 2, tzinfo=UTC)
-    ReviewItem.objects.filter(effect=effect).update(assignee=olga, claimed_at=claimed)
+    held_at = datetime(2026, 1, 5, 10, 2, tzinfo=UTC)
+    # The hold's start is the item's `claimed_at` column.
+    ReviewItem.objects.filter(effect=effect).update(assignee=olga, claimed_at=held_at)
     fields = {"provider_ref": "ch_1", "evidence": "dashboard"}
     with pytest.raises(Refused) as refused:
         decide(effect.id, ask(effect, "confirm", **fields), user=otto)
-    assert (refused.value.status, refused.value.code) == (409, "claimed_by_other")
-    assert refused.value.extra["claimed_by"] == "olga"
+    assert (refused.value.status, refused.value.code) == (409, "held_by_other")
+    assert refused.value.extra["held_by"] == "olga"
     assert refused.value.detail.startswith("olga is working on this since 10:02")
-    assert refused.value.extra["claimed_at"] == claimed.isoformat()
+    assert refused.value.extra["held_at"] == held_at.isoformat()
     effect.refresh_from_db()
     assert effect.status == "unknown"
 
-    decided = decide(effect.id, ask(effect, "confirm", over_claim=True, **fields), user=otto)
+    decided = decide(effect.id, ask(effect, "confirm", over_hold=True, **fields), user=otto)
     assert decided.target.status == "confirmed"
+    # Recorded under the name decisions were first stored with.
     assert decided.decision.request["over_claim"] is True
 
 
-def test_the_claim_holder_decides_without_being_asked(make_effect, olga):
+def test_the_holder_decides_without_being_asked(make_effect, olga):
     effect = with_item(make_effect("unknown", attempt=1), Reason.INCONCLUSIVE)
     ReviewItem.objects.filter(effect=effect).update(assignee=olga)
     decide(effect.id, ask(effect, "fail", evidence="declined"), user=olga)

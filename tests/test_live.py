@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
 from reviews.decisions.decide import Ask, decide
-from reviews.queue.holds import claim_item, release_item
+from reviews.queue.holds import hold_item, release_item
 from reviews.queue.notes import add_note
 from tests.factories import signed_in
 
@@ -86,24 +86,24 @@ def test_a_note_by_someone_else_shows_a_banner(olga, otto, unknown):
     assert "<strong>otto</strong> added a note at <time" in response.content.decode()
 
 
-def test_a_claim_and_its_release_each_show_a_banner(olga, otto, unknown):
+def test_a_hold_and_its_release_each_show_a_banner(olga, otto, unknown):
     item = ReviewItem.objects.get(effect=unknown)
     url, state = polled(page_of(olga, unknown))
-    claim_item(item, otto)
+    hold_item(item, otto)
 
-    claimed = signed_in(olga).get(url, state)
-    assert claimed.status_code == 200
-    assert "<strong>otto</strong> took this over at <time" in claimed.content.decode()
+    held = signed_in(olga).get(url, state)
+    assert held.status_code == 200
+    assert "<strong>otto</strong> took this over at <time" in held.content.decode()
 
     url, state = polled(page_of(olga, unknown))
     release_item(item, otto)
     released = signed_in(olga).get(url, state)
-    assert released.status_code == 200 and "The claim was released" in released.content.decode()
+    assert released.status_code == 200 and "The hold was released" in released.content.decode()
 
 
 def test_the_operator_s_own_change_is_told_as_theirs(olga, unknown):
     url, state = polled(page_of(olga, unknown))
-    claim_item(ReviewItem.objects.get(effect=unknown), olga)
+    hold_item(ReviewItem.objects.get(effect=unknown), olga)
     assert "<strong>you</strong> took this over" in signed_in(olga).get(url, state).content.decode()
 
 

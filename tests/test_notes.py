@@ -99,7 +99,7 @@ def test_an_auditor_cannot_add_a_note_but_reads_every_note(olga, audrey, unknown
     page = signed_in(audrey).get(f"/effects/{unknown.id}/").content.decode()
     assert "olga&#x27;s note" in page
     assert 'id="note-text"' not in page  # no form for a reader
-    assert 'id="claim-item"' not in page
+    assert 'id="hold-item"' not in page
 
 
 def test_a_user_without_a_role_can_neither_add_nor_read_notes(olga, nemo, unknown):

@@ -231,13 +231,13 @@ def test_the_queue_shows_the_items_copies_of_their_effects_tool_agent_and_run(ol
     assert '<span class="tool">send_email</span>' in row and "alice" in row and "run-copies" in row
 
 
-def test_claiming_takes_an_item_once(olga, otto, make_effect):
+def test_holding_takes_an_item_once(olga, otto, make_effect):
     [effect] = queued(make_effect, 1)
     item = ReviewItem.objects.get(effect=effect)
-    first = signed_in(olga).post(f"/queue/{item.pk}/claim", headers={"HX-Request": "true"})
+    first = signed_in(olga).post(f"/queue/{item.pk}/hold", headers={"HX-Request": "true"})
     assert first.status_code == 200 and "olga" in first.content.decode()
-    second = signed_in(otto).post(f"/queue/{item.pk}/claim", headers={"HX-Request": "true"})
-    assert "Already claimed by olga" in second.content.decode()
+    second = signed_in(otto).post(f"/queue/{item.pk}/hold", headers={"HX-Request": "true"})
+    assert "Already held by olga" in second.content.decode()
     item.refresh_from_db()
     assert item.assignee == olga
 
@@ -254,19 +254,20 @@ def test_an_operator_assigns_an_item_and_the_row_updates_in_place(olga, otto, ma
     assert item.assignee == otto
 
 
-def test_without_javascript_a_claim_redirects_back_to_the_queue(olga, make_effect):
+def test_without_javascript_a_hold_redirects_back_to_the_queue(olga, make_effect):
     [effect] = queued(make_effect, 1)
     item = ReviewItem.objects.get(effect=effect)
-    response = signed_in(olga).post(f"/queue/{item.pk}/claim", {"next": "/queue/?tool=x"})
+    response = signed_in(olga).post(f"/queue/{item.pk}/hold", {"next": "/queue/?tool=x"})
     assert response.status_code == 302 and response["Location"] == "/queue/?tool=x"
 
 
-def test_an_auditor_sees_the_queue_without_actions_and_cannot_claim(audrey, make_effect):
+def test_an_auditor_sees_the_queue_without_actions_and_cannot_hold(audrey, make_effect):
     [effect] = queued(make_effect, 1)
     client = signed_in(audrey)
     html = client.get("/queue/").content.decode()
-    assert "/claim" not in html and "/assign" not in html
+    assert "/hold" not in html and "/assign" not in html
     item = ReviewItem.objects.get(effect=effect)
+    assert client.post(f"/queue/{item.pk}/hold").status_code == 403
     assert client.post(f"/queue/{item.pk}/claim").status_code == 403
     item.refresh_from_db()
     assert item.assignee is None

@@ -201,7 +201,7 @@ def test_the_live_poll_answers_204_until_someone_else_acts(olga, otto, make_effe
     html = page.content.decode()
     assert f"live={seen}" in html and 'hx-trigger="every 4s"' in html and "Live: updated" in html
     assert client.get("/queue/", {"live": seen}, headers=HTMX).status_code == 204
-    signed_in(otto).post(f"/queue/{item.pk}/claim", headers=HTMX)
+    signed_in(otto).post(f"/queue/{item.pk}/hold", headers=HTMX)
     changed = client.get("/queue/", {"live": seen}, headers=HTMX)
     assert changed.status_code == 200
     fresh = changed.content.decode()

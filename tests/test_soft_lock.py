@@ -1,5 +1,6 @@
-"""The claim as a soft lock: claiming or assigning an item records since when its holder works
-on it, the effect page says so, and only the holder or an admin releases it."""
+"""An operator's hold as a soft lock: holding or assigning an item records since when its holder
+works on it, the effect page says so, and only the holder or an admin releases it. (The hold's
+start is the item's `claimed_at` column, named before holds had their own word.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
 from ledger.policy.roles import ADMIN, grant
 from reviews.decisions.decide import Ask, decide
-from reviews.queue.holds import assign_item, claim_item
+from reviews.queue.holds import assign_item, hold_item
 from tests.factories import signed_in
 from tests.helpers import PASSWORD
 
@@ -44,9 +45,9 @@ def release(user: User, item: ReviewItem, *, htmx: bool = True):
     return signed_in(user).post(f"/queue/{item.pk}/release", headers=headers)
 
 
-def test_claiming_records_when_the_claim_started(olga, item):
+def test_holding_records_when_the_hold_started(olga, item):
     assert item.claimed_at is None
-    assert claim_item(item, olga) == olga
+    assert hold_item(item, olga) == olga
 
     item.refresh_from_db()
     assert item.assignee == olga
@@ -54,17 +55,17 @@ def test_claiming_records_when_the_claim_started(olga, item):
     assert abs(item.claimed_at - db_now()) < timedelta(seconds=5)
 
 
-def test_a_second_claim_does_not_move_the_first_one_s_time(olga, otto, item):
-    claim_item(item, olga)
+def test_a_second_hold_does_not_move_the_first_one_s_time(olga, otto, item):
+    hold_item(item, olga)
     ReviewItem.objects.filter(pk=item.pk).update(claimed_at=timezone.now() - timedelta(hours=1))
     before = ReviewItem.objects.get(pk=item.pk).claimed_at
 
-    assert claim_item(item, otto) == olga
+    assert hold_item(item, otto) == olga
     assert ReviewItem.objects.get(pk=item.pk).claimed_at == before
 
 
-def test_assigning_starts_the_new_holder_s_claim_now(olga, otto, item):
-    claim_item(item, olga)
+def test_assigning_starts_the_new_holder_s_hold_now(olga, otto, item):
+    hold_item(item, olga)
     ReviewItem.objects.filter(pk=item.pk).update(claimed_at=timezone.now() - timedelta(hours=1))
 
     assert assign_item(item, otto)
@@ -74,7 +75,7 @@ def test_assigning_starts_the_new_holder_s_claim_now(olga, otto, item):
 
 
 def test_the_effect_page_says_who_works_on_it_since_when(olga, otto, item):
-    claim_item(item, otto)
+    hold_item(item, otto)
     ReviewItem.objects.filter(pk=item.pk).update(
         claimed_at=timezone.make_aware(timezone.datetime(2026, 3, 4, 10, 2))
     )
@@ -82,22 +83,28 @@ def test_the_effect_page_says_who_works_on_it_since_when(olga, otto, item):
     page = signed_in(olga).get(f"/effects/{item.effect_id}/").content.decode()
     assert "otto is</strong> working on this since <time" in page
     assert "2026-03-04 10:02</time>" in page
-    assert 'id="release-claim"' not in page  # olga does not hold it
+    assert 'id="release-hold"' not in page  # olga does not hold it
     mine = signed_in(otto).get(f"/effects/{item.effect_id}/").content.decode()
-    assert "You are</strong> working on this" in mine and 'id="release-claim"' in mine
+    assert "You are</strong> working on this" in mine and 'id="release-hold"' in mine
 
 
-def test_an_unclaimed_item_offers_a_claim_that_posts_to_the_queue_s_claim(olga, item):
+def test_an_item_nobody_holds_offers_a_hold_that_posts_to_the_queue_s_hold(olga, item):
     page = signed_in(olga).get(f"/effects/{item.effect_id}/").content.decode()
 
     assert "Nobody is working on this." in page
-    assert f'action="/queue/{item.pk}/claim"' in page and 'id="claim-item"' in page
-    signed_in(olga).post(f"/queue/{item.pk}/claim", headers={"HX-Request": "true"})
-    assert ReviewItem.objects.get(pk=item.pk).claimed_at is not None
+    assert f'action="/queue/{item.pk}/hold"' in page and 'id="hold-item"' in page
+    signed_in(olga).post(f"/queue/{item.pk}/hold", headers={"HX-Request": "true"})
+    assert ReviewItem.objects.get(pk=item.pk).assignee == olga
 
 
-def test_the_holder_releases_their_claim(olga, item):
-    claim_item(item, olga)
+def test_the_hold_s_old_address_still_holds_for_one_release(olga, item):
+    response = signed_in(olga).post(f"/queue/{item.pk}/claim", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert ReviewItem.objects.get(pk=item.pk).assignee == olga
+
+
+def test_the_holder_releases_their_hold(olga, item):
+    hold_item(item, olga)
 
     response = release(olga, item)
 
@@ -108,13 +115,13 @@ def test_the_holder_releases_their_claim(olga, item):
 
 
 def test_a_plain_release_goes_back_to_the_effect_page(olga, item):
-    claim_item(item, olga)
+    hold_item(item, olga)
     response = release(olga, item, htmx=False)
     assert response.status_code == 302 and response["Location"] == f"/effects/{item.effect_id}/"
 
 
-def test_another_operator_may_not_release_someone_s_claim(olga, otto, item):
-    claim_item(item, olga)
+def test_another_operator_may_not_release_someone_s_hold(olga, otto, item):
+    hold_item(item, olga)
 
     response = release(otto, item)
 
@@ -126,15 +133,15 @@ def test_another_operator_may_not_release_someone_s_claim(olga, otto, item):
     assert plain.status_code == 409
 
 
-def test_an_admin_may_release_anyone_s_claim(olga, ada, item):
-    claim_item(item, olga)
+def test_an_admin_may_release_anyone_s_hold(olga, ada, item):
+    hold_item(item, olga)
     assert release(ada, item).status_code == 200
     assert ReviewItem.objects.get(pk=item.pk).assignee is None
 
 
-def test_releasing_an_unclaimed_or_resolved_item_is_refused(olga, item):
+def test_releasing_an_item_nobody_holds_or_resolved_is_refused(olga, item):
     assert release(olga, item).status_code == 409
-    claim_item(item, olga)
+    hold_item(item, olga)
     effect = Effect.objects.get(pk=item.effect_id)
     decide(effect.id, Ask("fail", "declined", effect.version, evidence="x"), user=olga)
     response = release(olga, item)
@@ -143,10 +150,10 @@ def test_releasing_an_unclaimed_or_resolved_item_is_refused(olga, item):
 
 
 def test_an_auditor_may_not_release_and_sees_no_button(olga, audrey, item):
-    claim_item(item, olga)
+    hold_item(item, olga)
     assert release(audrey, item).status_code == 403
     page = signed_in(audrey).get(f"/effects/{item.effect_id}/").content.decode()
-    assert "olga is</strong> working on this" in page and 'id="release-claim"' not in page
+    assert "olga is</strong> working on this" in page and 'id="release-hold"' not in page
     assert ReviewItem.objects.get(pk=item.pk).assignee == olga
 
 

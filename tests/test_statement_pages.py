@@ -320,11 +320,11 @@ def test_severity_shows_on_the_queue_and_the_effect_page_and_filters_the_queue(o
     assert 'severity-high" id="review-severity">high</span>' in detail
 
 
-def test_a_claimed_row_keeps_its_severity(olga, make_effect):
+def test_a_held_row_keeps_its_severity(olga, make_effect):
     effect = make_effect("confirmed", provider_ref="ch_1")
     open_review(effect.id, Reason.DUPLICATE)
     item = ReviewItem.objects.get(effect=effect)
-    row = signed_in(olga).post(f"/queue/{item.pk}/claim", headers={"HX-Request": "true"})
+    row = signed_in(olga).post(f"/queue/{item.pk}/hold", headers={"HX-Request": "true"})
     assert 'class="severity severity-high"' in row.content.decode()
 
 

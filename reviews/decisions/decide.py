@@ -10,8 +10,8 @@ and the loser is told who won. Provider work a decision causes (a refund) runs a
 What each kind does is its declaration (`reviews.decisions.kinds`); which kind applies where is
 `reviews.decisions.offer`; four-eyes is `reviews.decisions.approvals` (an effect above its
 approval threshold, or a retry another operator proposed on nothing but their word that the
-provider never received it). An item another operator has claimed is decided on only when the
-asker says so (`Ask.over_claim`).
+provider never received it). An item another operator holds (`reviews.queue.holds`) is decided
+on only when the asker says so (`Ask.over_hold`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from reviews.decisions.grounds import resend_ground
 from reviews.decisions.kinds import ACTIONS, KINDS
 from reviews.decisions.offer import open_item, refusal
 from reviews.decisions.refusals import AlreadyDecided, RetryUnsafe
-from reviews.queue.holds import claim_refusal
+from reviews.queue.holds import hold_refusal
 
 __all__ = ["AlreadyDecided", "Ask", "Decided", "decide"]
 
@@ -98,8 +98,8 @@ def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
         raise _lost(target, ask.expected_version)
     _check_status(target, kind)
     item = open_item(target)
-    if (claimed := claim_refusal(item, user, ask.over_claim)) is not None:
-        raise claimed
+    if (held := hold_refusal(item, user, ask.over_hold)) is not None:
+        raise held
     evidence = evidence_of(target.id)
     proposal = check_second_pair(target, user) if kind.four_eyes else None
     ground = _ground(target, ask, evidence, proposal)
@@ -254,7 +254,8 @@ def _record(
         "verified_absent": ask.verified_absent,
         "force": ask.force,
         "expected_version": ask.expected_version,
-        "over_claim": ask.over_claim,
+        # Stored under the name decisions were first recorded with, as exports read it.
+        "over_claim": ask.over_hold,
     }
     if "compensation_request" in checked.kind.fields:
         asked["compensation_tool"] = ask.compensation_tool

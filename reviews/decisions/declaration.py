@@ -73,8 +73,8 @@ class Ask:
     compensation_tool: str = ""
     compensation_request: dict[str, Any] = field(default_factory=dict)
     force: bool = False
-    # The asker decides although another operator has claimed the item.
-    over_claim: bool = False
+    # The asker decides although another operator holds the item (`reviews.queue.holds`).
+    over_hold: bool = False
 
 
 @dataclass(frozen=True)

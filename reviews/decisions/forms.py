@@ -38,8 +38,8 @@ class DecisionForm(forms.Form):
     # Set by the confirmation (the page's dialog, or the server's confirmation step without
     # JavaScript): a decision cannot be undone, so it is never recorded on the first click.
     confirm = forms.BooleanField(required=False, widget=forms.HiddenInput)
-    # Set when the asker confirmed deciding over another operator's claim on the item.
-    over_claim = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    # Set when the asker confirmed deciding over another operator's hold on the item.
+    over_hold = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, action: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -84,7 +84,9 @@ class DecisionForm(forms.Form):
             else "",
             compensation_request=data.get("compensation_request") or {},
             force=bool(data.get("force")) and "force" in shown,
-            over_claim=bool(data.get("over_claim")),
+            # `over_claim`: the field's name on a page rendered before holds had their own
+            # word, answered for one release.
+            over_hold=bool(data.get("over_hold")) or self.data.get("over_claim") == "on",
         )
 
 

@@ -1,9 +1,20 @@
-"""Who works on a review item: claiming an open item, assigning it, releasing the claim, and
-what the claim means for someone else's decision (a soft lock: they decide over it only once
-they have confirmed it)."""
+"""Who works on a review item: an operator's *hold* on it.
+
+An operator holds an open item (`hold_item`), or is given it (`assign_item`), and releases it
+(`release_item`). A hold is a soft lock: someone else decides on the item only once they have
+confirmed they decide over it (`hold_refusal`; the effect page's dialog asks). It is not an
+agent's *claim* of an effect, which takes the effect's lease to send it
+(`ledger.effects.transitions`); the two never meet.
+
+The hold lives on the ledger's `ReviewItem`: `assignee` is who holds it and `claimed_at` since
+when (the column's name, kept from before holds had their own word); `hold_of` reads both as a
+`Hold`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -15,26 +26,44 @@ from ledger.policy.roles import ADMIN
 from reviews.access.checks import roles_of
 
 
-class ClaimedByOther(Refused):
-    code = "claimed_by_other"
+class HeldByOther(Refused):
+    """Another operator holds the item: deciding over their hold needs the asker's say-so."""
+
+    code = "held_by_other"
 
 
 class NotTheHolder(Refused):
-    """Only whoever holds a claim, or an admin, may release it."""
+    """Only whoever holds an item, or an admin, may release it."""
 
     code = "not_the_holder"
 
 
-class NotClaimed(Refused):
+class NotHeld(Refused):
     """The item is resolved, or nobody holds it any more."""
 
-    code = "not_claimed"
+    code = "not_held"
 
 
-def claim_item(item: ReviewItem, user: Any) -> Any:
-    """Take an open, unassigned item. Returns who holds it now (the caller, or whoever was
-    first: the conditional UPDATE lets exactly one of two simultaneous claims through). The
-    claim's time is the database's, as every other time on the item."""
+@dataclass(frozen=True)
+class Hold:
+    """Who holds an open item, and since when (None for an item assigned before holds were
+    timed)."""
+
+    held_by: User
+    held_at: datetime | None
+
+
+def hold_of(item: ReviewItem | None) -> Hold | None:
+    """The hold on `item` (its assignee loaded), or None when nobody holds it."""
+    if item is None or item.assignee_id is None:
+        return None
+    return Hold(held_by=item.assignee, held_at=item.claimed_at)
+
+
+def hold_item(item: ReviewItem, user: Any) -> Any:
+    """Hold an open item nobody holds. Returns who holds it now (the caller, or whoever was
+    first: the conditional UPDATE lets exactly one of two simultaneous holds through). The
+    hold's time is the database's, as every other time on the item."""
     ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True, assignee__isnull=True).update(
         assignee=user, claimed_at=Now()
     )
@@ -43,7 +72,7 @@ def claim_item(item: ReviewItem, user: Any) -> Any:
 
 def assign_item(item: ReviewItem, assignee: Any) -> bool:
     """Hand an open item to someone (reassigning is allowed). False when it was resolved.
-    The new holder's claim starts now: the effect page says since when they work on it."""
+    The new holder's hold starts now: the effect page says since when they work on it."""
     held_since = Now() if assignee is not None else None
     return bool(
         ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True).update(
@@ -52,9 +81,15 @@ def assign_item(item: ReviewItem, assignee: Any) -> bool:
     )
 
 
+def may_release(hold: Hold | None, user: Any) -> bool:
+    """The holder may release their hold, and an admin anyone's (for a holder who went
+    home)."""
+    return hold is not None and (hold.held_by.pk == user.pk or ADMIN in roles_of(user))
+
+
 def release_item(item: ReviewItem, user: User) -> None:
-    """Give up the claim on an open item: the holder may, and an admin (for a holder who went
-    home). A conditional UPDATE, so a release never clears a claim someone took meanwhile."""
+    """Release the hold on an open item (`may_release` says who may). A conditional UPDATE, so
+    a release never clears a hold someone took meanwhile."""
     held = ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True, assignee__isnull=False)
     if ADMIN not in roles_of(user):
         held = held.filter(assignee=user)
@@ -62,28 +97,28 @@ def release_item(item: ReviewItem, user: User) -> None:
         return
     current = ReviewItem.objects.select_related("assignee").get(pk=item.pk)
     if current.resolved_at is not None or current.assignee is None:
-        raise NotClaimed("Nobody holds this item any more.")
+        raise NotHeld("Nobody holds this item any more.")
     raise NotTheHolder(
         f"{current.assignee} holds this item: only they or an admin may release it.",
         holder=current.assignee.get_username(),
     )
 
 
-def claim_refusal(item: ReviewItem | None, user: Any, over_claim: bool) -> ClaimedByOther | None:
-    """Deciding on an item another operator holds needs their say-so: the asker must say they
-    decide over the claim (the page's dialog asks)."""
-    if item is None or item.assignee_id is None or item.assignee_id == user.pk or over_claim:
+def hold_refusal(item: ReviewItem | None, user: Any, over_hold: bool) -> HeldByOther | None:
+    """Deciding on an item another operator holds needs the asker's say-so: they must say
+    they decide over the hold (the page's dialog asks)."""
+    hold = hold_of(item)
+    if hold is None or hold.held_by.pk == user.pk or over_hold:
         return None
-    return ClaimedByOther(
-        f"{claim_text(item)}: decide over their claim only once you have confirmed it.",
-        claimed_by=item.assignee.get_username(),
-        claimed_at=item.claimed_at.isoformat() if item.claimed_at else None,
+    return HeldByOther(
+        f"{hold_text(hold)}: decide over their hold only once you have confirmed it.",
+        held_by=hold.held_by.get_username(),
+        held_at=hold.held_at.isoformat() if hold.held_at else None,
     )
 
 
-def claim_text(item: ReviewItem) -> str:
+def hold_text(hold: Hold) -> str:
     """ "olga is working on this since 10:02" (or without the time: an item assigned before
-    claims were timed)."""
-    since = item.claimed_at
-    text = f"{item.assignee.get_username()} is working on this"
-    return f"{text} since {since:%H:%M}" if since else text
+    holds were timed)."""
+    text = f"{hold.held_by.get_username()} is working on this"
+    return f"{text} since {hold.held_at:%H:%M}" if hold.held_at else text

@@ -17,6 +17,7 @@ from django.db.models.functions import Coalesce
 
 from ledger.models import Effect, EffectEvent, ReviewItem
 from reviews.models import NoteKind, ReviewNote
+from reviews.queue.holds import hold_of
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,12 @@ def what_changed(effect_id: Any, seen: LiveState, now: LiveState, user: User) ->
                 Change(_name(event.actor, user), what, event.created_at, f"now {status}")
             )
     if now.item == seen.item and now.holder != seen.holder and now.item:
-        item = ReviewItem.objects.select_related("assignee").get(pk=now.item)
-        if item.assignee is not None:
-            who = _name(item.assignee.get_username(), user)
-            changes.append(Change(who, "took this over", item.claimed_at))
+        hold = hold_of(ReviewItem.objects.select_related("assignee").get(pk=now.item))
+        if hold is not None:
+            who = _name(hold.held_by.get_username(), user)
+            changes.append(Change(who, "took this over", hold.held_at))
         else:
-            changes.append(Change("", "The claim was released", None))
+            changes.append(Change("", "The hold was released", None))
     elif now.item and now.item != seen.item:
         item = ReviewItem.objects.get(pk=now.item)
         changes.append(

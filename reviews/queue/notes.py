@@ -15,10 +15,10 @@ from django.contrib.auth.models import User
 
 from ledger.errors import Refused, ValidationFailed
 from ledger.models import Effect, ReviewItem
-from ledger.policy.roles import ADMIN
 from ledger.policy.tools import policy_for
-from reviews.access.checks import can_act, roles_of
+from reviews.access.checks import can_act
 from reviews.models import NoteKind, ReviewNote
+from reviews.queue.holds import hold_of, may_release
 from reviews.queue.live import LiveState
 
 # A note is a message to colleagues, not a document: long evidence belongs in a decision.
@@ -83,14 +83,15 @@ def panel(effect: Any, open_item: Any, user: Any) -> dict[str, Any]:
     """Context for the effect page's notes-and-ownership panel (`reviews/_item_panel.html`) and
     its live check (`reviews/_live.html`): every note of every item of the effect, oldest
     first; the item a new note goes on (the open one, else the latest); who holds the open
-    item, since when, and whether this user may claim or release it."""
+    item, since when, and whether this user may hold or release it (`reviews.queue.holds`)."""
     notes = list(
         ReviewNote.objects.filter(effect_id=effect.pk).select_related("author").order_by("id")
     )
     item = open_item or (
         ReviewItem.objects.filter(effect_id=effect.pk).order_by("-opened_at", "-pk").first()
     )
-    holder = open_item.assignee if open_item is not None else None
+    hold = hold_of(open_item)
+    holder = hold.held_by if hold is not None else None
     acts = can_act(user)
     state = LiveState(
         version=effect.version,
@@ -104,10 +105,10 @@ def panel(effect: Any, open_item: Any, user: Any) -> dict[str, Any]:
             "item": item,
             "open_item": open_item,
             "holder": holder,
-            "claimed_at": open_item.claimed_at if open_item is not None else None,
+            "held_at": hold.held_at if hold is not None else None,
             "can_note": acts and item is not None,
-            "can_claim": acts and open_item is not None and holder is None,
-            "can_release": holder is not None and (holder.pk == user.pk or ADMIN in roles_of(user)),
+            "can_hold": acts and open_item is not None and hold is None,
+            "can_release": may_release(hold, user),
             "max_note": MAX_NOTE,
         },
         "live_fingerprint": state.fingerprint,

@@ -1,5 +1,6 @@
 """The review queue: one page of it, its exact-match search, what a row shows, the page's
-fingerprint for live refreshes, and who works on an item (claiming and assigning; opening one is
+fingerprint for live refreshes, and who works on an item (holding and assigning,
+`reviews.queue.holds`; opening one is
 `ledger.containment.reviewqueue`).
 
 A page is read in two steps so that its cost does not grow with the queue: the ids of the page's
@@ -160,11 +161,11 @@ def dress(items: Sequence[ReviewItem], now: datetime | None = None) -> None:
     # Each row's three addresses from one reversal each (a `{% url %}` per row and link is a
     # tenth of the page's rendering).
     effect_url = _address("effect", _SOME_UUID)
-    claim_url, assign_url = (_address(name, _SOME_ID) for name in ("review-claim", "review-assign"))
+    hold_url, assign_url = (_address(name, _SOME_ID) for name in ("review-hold", "review-assign"))
     for item in items:
         effect = item.effect
         item.effect_url = effect_url.format(item.effect_id)
-        item.claim_url = claim_url.format(item.pk)
+        item.hold_url = hold_url.format(item.pk)
         item.assign_url = assign_url.format(item.pk)
         created = item.effect_created_at or item.opened_at
         item.age = age(created, now)

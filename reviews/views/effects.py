@@ -39,7 +39,7 @@ from reviews.decisions.offer import allowed_actions
 from reviews.decisions.preview import preview_for
 from reviews.decisions.suggest import Suggestion, suggestion
 from reviews.queue import notes
-from reviews.queue.holds import claim_text
+from reviews.queue.holds import hold_of, hold_text
 from reviews.views.statements import shown_lines
 
 
@@ -260,16 +260,13 @@ def _deciding(
     if opened not in actions:
         opened = suggested.action if suggested is not None else ""
     waits, asker = waits_for_second_pair(effect)
-    claimed = (
-        open_item is not None
-        and open_item.assignee_id is not None
-        and open_item.assignee_id != getattr(user, "pk", None)
-    )
+    hold = hold_of(open_item)
+    held_by_other = hold is not None and hold.held_by.pk != getattr(user, "pk", None)
     return {
         "decisions_offered": _decisions(effect, actions, forms, suggested, opened),
         "suggested": suggested,
-        # Another operator holds the open item: deciding over their claim is confirmed first.
-        "claim": claim_text(open_item) if claimed else "",
+        # Another operator holds the open item: deciding over their hold is confirmed first.
+        "held": hold_text(hold) if held_by_other else "",
         # Four-eyes: who asked for what waits (the page tells them another operator decides).
         "four_eyes_asker": asker if waits else None,
     }

@@ -1,4 +1,4 @@
-"""Notes on review items, releasing a claim, and the effect page's live check.
+"""Notes on review items, releasing a hold, and the effect page's live check.
 
 The two posts answer htmx with the panel (`reviews/_item_panel.html`), re-read after the
 change; a plain form post goes back to the effect page. The live check answers 204 while
@@ -59,7 +59,7 @@ def release(request: HttpRequest, item_id: int) -> HttpResponse:
         holds.release_item(item, request.user)
     except LedgerError as exc:
         if request.htmx:
-            return _panel(request, item, exc.status, claim_problem=exc.detail)
+            return _panel(request, item, exc.status, hold_problem=exc.detail)
         return HttpResponse(exc.detail, status=exc.status, content_type="text/plain")
     if request.htmx:
         return _panel(request, item)

@@ -1,4 +1,4 @@
-"""The review queue: open items, filtered, searched, sorted and paged; claim and assign in place;
+"""The review queue: open items, filtered, searched, sorted and paged; hold and assign in place;
 a live refresh that swaps the rows only when they changed."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from reviews.decisions.kinds import KINDS as DECLARED
 from reviews.models import SavedFilter
 from reviews.queue.bulk import INLINE_LIMIT, KINDS
 from reviews.queue.filters import QueueFilter, operators
-from reviews.queue.holds import assign_item, claim_item
+from reviews.queue.holds import assign_item, hold_item
 from reviews.queue.pages import (
     dress,
     fingerprint,
@@ -53,7 +53,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "query": query.urlencode(),
         "fingerprint": seen,
         "updated": timezone.localtime(),
-        # Where a claim or assignment without htmx returns: this page, as the address shows it.
+        # Where a hold or assignment without htmx returns: this page, as the address shows it.
         "back": f"{request.path}?{shown.urlencode()}",
         "operators": list(operators().values_list("id", "username")),
         "resolve_hours": settings.LEDGER_RESOLVE_WITHIN // 3600,
@@ -88,10 +88,10 @@ def _row(request: HttpRequest, item: ReviewItem, note: str = "") -> HttpResponse
 
 @require_POST
 @actor
-def claim(request: HttpRequest, item_id: int) -> HttpResponse:
+def hold(request: HttpRequest, item_id: int) -> HttpResponse:
     item = get_object_or_404(ReviewItem, pk=item_id)
-    taken_by = claim_item(item, request.user)
-    note = "" if taken_by == request.user else f"Already claimed by {taken_by}."
+    held_by = hold_item(item, request.user)
+    note = "" if held_by == request.user else f"Already held by {held_by}."
     return _row(request, item, note)
 
 

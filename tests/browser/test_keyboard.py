@@ -213,7 +213,7 @@ def test_a_swap_with_nothing_to_announce_leaves_focus_in_the_swapped_row(signed_
     row = page.locator("tr.queue-row").first
     effect = row.get_attribute("data-effect")
 
-    row.get_by_role("button", name="Claim").click()
+    row.get_by_role("button", name="Hold").click()
 
     expect(page.locator(f'tr.queue-row[data-effect="{effect}"]')).to_contain_text("olga")
     # Focus moves once the swap has settled, a moment after the new row is in the page.

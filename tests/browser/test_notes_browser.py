@@ -55,22 +55,22 @@ def test_a_note_from_another_operator_appears_without_a_reload(signed_in, olga, 
     assert not_reloaded(olga_page)
 
 
-def test_a_claim_shows_on_the_other_page_and_the_holder_releases_it(signed_in, olga, otto, unknown):
+def test_a_hold_shows_on_the_other_page_and_the_holder_releases_it(signed_in, olga, otto, unknown):
     olga_page = on_effect(signed_in(olga), unknown)
     otto_page = on_effect(signed_in(otto), unknown)
 
-    otto_page.get_by_role("button", name="Claim").click()
-    expect(otto_page.locator("#claim-holder")).to_contain_text(
+    otto_page.get_by_role("button", name="Hold").click()
+    expect(otto_page.locator("#held-by")).to_contain_text(
         "You are working on this since", timeout=WITHIN_MS
     )
-    expect(olga_page.locator("#claim-holder")).to_contain_text(
+    expect(olga_page.locator("#held-by")).to_contain_text(
         "otto is working on this since", timeout=WITHIN_MS
     )
     expect(olga_page.get_by_role("button", name="Release")).to_have_count(0)
 
     otto_page.get_by_role("button", name="Release").click()
-    expect(otto_page.locator("#claim-holder")).to_have_text("Nobody is working on this.")
-    expect(olga_page.locator("#claim-holder")).to_have_text(
+    expect(otto_page.locator("#held-by")).to_have_text("Nobody is working on this.")
+    expect(olga_page.locator("#held-by")).to_have_text(
         "Nobody is working on this.", timeout=WITHIN_MS
     )
     assert ReviewItem.objects.get(effect=unknown).assignee is None

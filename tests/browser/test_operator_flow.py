@@ -91,10 +91,10 @@ def test_an_operator_confirms_an_unknown_effect_found_in_the_queue(
     expect(page).to_have_url(re.compile(r"[?&]status=unknown(&|$)"))
     row = item_row(page, unknown)
     expect(row).to_have_attribute("data-effect", str(unknown.id))
-    row.get_by_role("button", name="Claim").click()
-    # The row is swapped in place: olga holds it now, and it offers no second claim.
+    row.get_by_role("button", name="Hold").click()
+    # The row is swapped in place: olga holds it now, and it offers no second hold.
     expect(row.locator("td.who")).to_have_text("olga")
-    expect(row.get_by_role("button", name="Claim")).to_have_count(0)
+    expect(row.get_by_role("button", name="Hold")).to_have_count(0)
     assert ReviewItem.objects.get(effect=unknown).assignee == olga
     row.locator("a[data-open]").click()
 

@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
-from reviews.queue.holds import claim_item
+from reviews.queue.holds import hold_item
 from tests.factories import lookup_found
 
 pytestmark = pytest.mark.browser
@@ -101,7 +101,7 @@ def test_the_queue_updates_itself_when_someone_else_acts_and_keeps_the_selection
     )
     page.wait_for_timeout(4500)
     assert 204 in polls  # nothing changed: nothing swapped
-    claim_item(ReviewItem.objects.get(effect=second), otto)
+    hold_item(ReviewItem.objects.get(effect=second), otto)
     expect(row_of(page, second).locator("td.who")).to_have_text("otto", timeout=9000)
     expect(row_of(page, first).locator('input[name="items"]')).to_be_checked()
     expect(row_of(page, second).locator('input[name="items"]')).not_to_be_checked()

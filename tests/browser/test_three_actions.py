@@ -210,7 +210,7 @@ def test_decide_in_the_address_opens_that_decision_instead(signed_in, olga, make
         expect(page.locator(f'summary[data-decide="{action}"]')).to_have_count(1)
 
 
-def test_deciding_over_a_colleagues_claim_asks_first(signed_in, olga, otto, make_effect):
+def test_deciding_over_a_colleagues_hold_asks_first(signed_in, olga, otto, make_effect):
     effect = _found(make_effect)
     ReviewItem.objects.filter(effect=effect).update(
         assignee=otto, claimed_at=datetime(2026, 1, 5, 10, 2, tzinfo=UTC)
@@ -220,11 +220,12 @@ def test_deciding_over_a_colleagues_claim_asks_first(signed_in, olga, otto, make
     decision = page.locator("#decide-confirm")
     decision.get_by_role("button", name=re.compile("^Record decision")).click()
     dialog = decision.locator("dialog.decide-dialog")
-    expect(dialog.locator(".decide-claim")).to_contain_text("otto is working on this since 10:02")
-    expect(dialog.locator(".decide-claim")).to_contain_text("decide anyway?")
+    expect(dialog.locator(".decide-held")).to_contain_text("otto is working on this since 10:02")
+    expect(dialog.locator(".decide-held")).to_contain_text("decide anyway?")
     dialog.locator("[data-dialog-confirm]").click()
     expect(page.locator("#decision-result")).to_be_focused()
     [decision_effect] = Effect.objects.filter(parent=effect, kind=Kind.DECISION)
+    # Recorded under the name decisions were first stored with.
     assert decision_effect.request["over_claim"] is True
 
 
