@@ -435,9 +435,7 @@ def measure(env: dict[str, str], which: str, database: str) -> dict[str, Any]:
 def benchmark(opts: Options) -> int:
     base_url = os.environ.get("DATABASE_URL", "")
     if not base_url:
-        raise SystemExit(
-            "DATABASE_URL must be set (run it through `python -m devstack.stack exec`)."
-        )
+        raise SystemExit("DATABASE_URL must be set (run it under `devstack.stack exec`).")
     name = bench_database(base_url, "bench_exports")
     print(f"Export benchmark on {os.cpu_count()} CPUs; database {name}.", flush=True)
     try:

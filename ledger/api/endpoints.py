@@ -3,9 +3,6 @@ function."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import logging
 import re
 import uuid
@@ -33,6 +30,7 @@ from pydantic import Field
 
 from ledger import jsonenc
 from ledger.api import webhooks
+from ledger.api.cursors import decode_cursor, encode_cursor
 from ledger.api.inputs import check_json
 from ledger.api.longpoll import RETRY_AFTER_SECONDS, wait_for_change
 from ledger.api.middleware import unavailable
@@ -447,28 +445,6 @@ class ListFilters(Schema):
     cursor: str | None = Field(None, max_length=500)
 
 
-def _encode_cursor(*parts: Any) -> str:
-    raw = json.dumps([p.isoformat() if isinstance(p, datetime) else str(p) for p in parts])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str, size: int) -> list[str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        parts = json.loads(raw)
-    except (binascii.Error, ValueError):
-        parts = None
-    if (
-        not isinstance(parts, list)
-        or len(parts) != size
-        or not all(isinstance(p, str) for p in parts)
-    ):
-        raise ValidationFailed(
-            "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
-        )
-    return parts
-
-
 @api.get("/effects", response={200: EffectPage, **ERRORS}, summary="List the caller's effects")
 def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str, Any]:
     agent = _agent(request)
@@ -482,7 +458,7 @@ def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str,
     if filters.owner is not None:
         effects = effects.filter(lease_owner=filters.owner)
     if filters.cursor:
-        created, last_id = _decode_cursor(filters.cursor, 2)
+        created, last_id = decode_cursor(filters.cursor, 2)
         try:
             after = (datetime.fromisoformat(created), uuid.UUID(last_id))
         except ValueError:
@@ -497,7 +473,7 @@ def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str,
     page = page[: filters.limit]
     return {
         "items": effect_dicts(page, agent.name),
-        "next_cursor": _encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+        "next_cursor": encode_cursor(page[-1].created_at, page[-1].id) if more else None,
     }
 
 
@@ -517,7 +493,7 @@ def run_journal(request: HttpRequest, run_id: str, query: Query[JournalQuery]) -
         raise ValidationFailed("run_id is too long.", {"run_id": "at most 200 characters"})
     effects = Effect.objects.filter(agent=agent, run_id=run_id)
     if query.cursor:
-        (after,) = _decode_cursor(query.cursor, 1)
+        (after,) = decode_cursor(query.cursor, 1)
         if not re.fullmatch(r"[0-9]{1,18}", after):
             raise ValidationFailed(
                 "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
@@ -528,7 +504,7 @@ def run_journal(request: HttpRequest, run_id: str, query: Query[JournalQuery]) -
     page = page[: query.limit]
     return {
         "items": effect_dicts(page, agent.name),
-        "next_cursor": _encode_cursor(page[-1].seq) if more else None,
+        "next_cursor": encode_cursor(page[-1].seq) if more else None,
     }
 
 
