@@ -16,7 +16,7 @@ from urllib.parse import quote
 from bench.cpu import CLOCK_TICKS, machine_ticks, ticks_of
 from bench.harness import sql_rows
 
-PAGE_SIZE = 50  # reviews.queue.PAGE_SIZE (and COUNT_CAP is 10,000: the LIMITs of RAW_QUEUE)
+PAGE_SIZE = 50  # reviews.queue.pages.PAGE_SIZE (and COUNT_CAP is 10,000: the LIMITs of RAW_QUEUE)
 DEEP_PAGE = 50
 REASON_FILTER = "reconciliation_inconclusive"
 # The raw baseline runs in every fourth round: its medians need fewer samples, and the overview's
@@ -27,7 +27,7 @@ RAW_EVERY = 4
 # --- The pages and their raw queries ---------------------------------------------------------
 
 
-# The queue's shape (reviews.queue.open_page): the page's ids picked from the review items
+# The queue's shape (reviews.queue.pages.open_page): the page's ids picked from the review items
 # alone, then those rows with their effects, agents and people; beside them how many items match,
 # counted up to the cap. One round trip here, three queries for the page.
 RAW_QUEUE = """
@@ -68,9 +68,9 @@ SELECT (SELECT row(e.id, e.effect_key, e.status, e.tool, a.name, e.created_at)
 """
 
 
-# The queue's exact-match search (`reviews.queue.search_effects`): the effects one text names
-# by any of the five columns (the id only when the text is a UUID), and their open items, in
-# one round trip.
+# The queue's exact-match search (`reviews.queue.pages.search_effects`): the effects one text
+# names by any of the five columns (the id only when the text is a UUID), and their open items,
+# in one round trip.
 RAW_SEARCH = """
 WITH found AS (
     SELECT id FROM ledger_effect

@@ -25,8 +25,8 @@
 2. **Escalation.** The database is filled up to 1,000,000 effects (`INSERT … SELECT
    generate_series`), of which 10,000 are stale (non-terminal, created more than 24 h ago);
    the rest are confirmed (60 days of history) or recent. After `VACUUM ANALYZE`,
-   `reviews.escalation.escalate()` runs in-process (best of 3, review items deleted between
-   runs; it must open exactly 10,000) against, in the same rounds, a raw `SELECT id … WHERE
+   `reviews.alerts.escalation.escalate()` runs in-process (best of 3, review items deleted
+   between runs; it must open exactly 10,000) against, in the same rounds, a raw `SELECT id … WHERE
    status IN (…) AND created_at < now() - interval '24 hours'` and a raw `INSERT … SELECT` of
    the same rows; then a repeat sweep that must open nothing. Goal < 1 s. `--explain` prints
    `EXPLAIN (ANALYZE, BUFFERS)` of the escalation's selection, of the raw query, and of the

@@ -1,5 +1,5 @@
-"""The escalation sweep over a million effects: `reviews.escalation.escalate()` against the raw
-SQL of the same selection and insert, in the same rounds."""
+"""The escalation sweep over a million effects: `reviews.alerts.escalation.escalate()` against
+the raw SQL of the same selection and insert, in the same rounds."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def capture_escalation_sql() -> tuple[str, Any]:
     """The statement `escalate()` runs, with its parameters (run once and rolled back)."""
     from django.db import connection, transaction
 
-    from reviews.escalation import escalate
+    from reviews.alerts.escalation import escalate
 
     captured: list[tuple[str, Any]] = []
 
@@ -171,7 +171,7 @@ def explain(title: str, sql: str, params: Any, *, write: bool = False) -> list[s
 
 
 def run_escalation(opts: Options, report: Report, agent_id: int) -> None:
-    from reviews.escalation import escalate
+    from reviews.alerts.escalation import escalate
 
     print(f"\nEscalation: {opts.total} effects, {opts.stale} of them stale.", flush=True)
     start = time.perf_counter()

@@ -1,7 +1,7 @@
 """The alert outbox: what people must be told, stored first and sent later, at least once.
 
 `notify(kind, key, payload)` is the way in for one alert (a halt, a limit breach); the review
-sweep (`reviews.alerts.sweep`) inserts many in one statement. Both are `INSERT … ON CONFLICT
+sweep (`reviews.alerts.due.sweep`) inserts many in one statement. Both are `INSERT … ON CONFLICT
 DO NOTHING` on (kind, key), so telling it twice about the same thing is a no-op. Call `notify`
 inside the transaction that makes the thing true: the alert then commits with it, or not at all.
 
@@ -33,8 +33,8 @@ from ledger.jsonenc import ExactJSONDecoder, ExactJSONEncoder
 from ledger.models import Alert, AlertKind
 
 _TABLE = Alert._meta.db_table
-# Longer than a sender's whole run (reviews.alerts.TIME_BUDGET plus one send's timeouts), so a
-# live sender never loses its rows to another.
+# Longer than a sender's whole run (reviews.alerts.sender.TIME_BUDGET plus one send's
+# timeouts), so a live sender never loses its rows to another.
 LEASE_SECONDS = 90
 # After a failed send: 30 s, 1 min, 2 min, … at most 30 min between attempts, for ever: an
 # alert is dropped by nobody, it waits for the channel to come back.

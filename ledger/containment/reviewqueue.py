@@ -1,7 +1,7 @@
 """Opening review items: effects that no machine can resolve go to people.
 
 Every item is opened by one INSERT shape, whether for one effect (`open_review`) or for a whole
-sweep (`reviews.escalation`): due within the effect's tool's `resolve_within` or the default
+sweep (`reviews.alerts.escalation`): due within the effect's tool's `resolve_within` or the default
 (LEDGER_RESOLVE_WITHIN, 24 h), or when the provider's back-office window closes if that comes
 first. An effect has at most one open item (the partial unique index
 `review_one_open_uniq`): opening another raises the open one to the graver reason, or leaves

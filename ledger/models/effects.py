@@ -203,10 +203,10 @@ class Effect(models.Model):
             models.Index(
                 fields=["created_at"], name="effect_unresolved_age_idx", condition=_incomplete
             ),
-            # The review queue's exact-match search (reviews.queue.search_effects), besides the
-            # primary key and effect_idem_key_idx: by provider reference (partial: effects the
-            # provider has not named have none), by target, by run of any agent (built
-            # concurrently, 0024).
+            # The review queue's exact-match search (reviews.queue.pages.search_effects),
+            # besides the primary key and effect_idem_key_idx: by provider reference (partial:
+            # effects the provider has not named have none), by target, by run of any agent
+            # (built concurrently, 0024).
             models.Index(
                 fields=["provider_ref"],
                 name="effect_provider_ref_idx",

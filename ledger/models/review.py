@@ -129,7 +129,7 @@ class ReviewItem(models.Model):
             ),
         ]
         # Each index serves one way of narrowing or ordering the review queue
-        # (reviews.queue.open_page) over open items only: the queue selects a page's ids from
+        # (reviews.queue.pages.open_page) over open items only: the queue selects a page's ids from
         # one of them, then fetches those rows with their effects.
         indexes = [
             # The review queue page: open items, oldest first (also the summary's age buckets).
