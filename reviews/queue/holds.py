@@ -3,8 +3,8 @@
 An operator holds an open item (`hold_item`), or is given it (`assign_item`), and releases it
 (`release_item`). A hold is a soft lock: someone else decides on the item only once they have
 confirmed they decide over it (`hold_refusal`; the effect page's dialog asks). It is not an
-agent's *claim* of an effect, which takes the effect's lease to send it
-(`ledger.effects.transitions`); the two never meet.
+agent's *claim* of an effect (`POST /api/v1/effects/{id}/claim`), which takes the effect's lease
+to send it; the two never meet.
 
 The hold lives on the ledger's `ReviewItem`: `assignee` is who holds it and `claimed_at` since
 when (the column's name, kept from before holds had their own word); `hold_of` reads both as a

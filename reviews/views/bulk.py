@@ -141,7 +141,7 @@ def progress(request: HttpRequest, bulk_id: int) -> HttpResponse:
 
 
 @require_POST
-@actor  # the queue's own tools, like claiming: auditors read the queue and keep nothing in it
+@actor  # the queue's own tools, like holding: auditors read the queue and keep nothing in it
 def save_filter(request: HttpRequest) -> HttpResponse:
     """Save the queue's current query under a name (the same name replaces it)."""
     name = request.POST.get("name", "").strip()
