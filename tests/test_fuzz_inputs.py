@@ -161,15 +161,6 @@ def _statement_rows() -> tuple[int, int, int, int]:
     )
 
 
-@pytest.fixture
-def stmt_tool(tools) -> Tool:
-    tool = tools["charge_card"]
-    tool.statements = True
-    tool.amount_path, tool.currency_path, tool.amount_unit = "amount", "currency", "major"
-    tool.save()
-    return tool
-
-
 @settings(FUZZ, max_examples=60)
 @given(
     text=json_text(LINE_FIELDS) | csv_text(),

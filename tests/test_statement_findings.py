@@ -17,7 +17,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
 
-from ledger.models import Effect, EffectEvent, ReviewItem, StatementImport, StatementLine, Tool
+from ledger.models import Effect, EffectEvent, ReviewItem, StatementImport, StatementLine
 from tests.factories import signed_in
 from tests.test_no_card_numbers_stored import stored_card_numbers
 
@@ -25,15 +25,6 @@ VISA = "4111111111111111"
 # A refusal page is the statements page and one sentence; the 20 MB answer was the finding.
 SMALL_PAGE = 64 * 1024
 SOME_TIME = "2026-01-01T00:00:00+00:00"
-
-
-@pytest.fixture
-def stmt_tool(tools) -> Tool:
-    tool = tools["charge_card"]
-    tool.statements = True
-    tool.amount_path, tool.currency_path, tool.amount_unit = "amount", "currency", "major"
-    tool.save()
-    return tool
 
 
 def yesterday() -> tuple[datetime, datetime]:

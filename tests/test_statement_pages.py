@@ -14,22 +14,12 @@ from django.test import Client
 
 from ledger.containment.reviewqueue import open_review
 from ledger.effects.states import Kind
-from ledger.models import Effect, Incident, Reason, ReviewItem, StatementImport, Tool
+from ledger.models import Effect, Incident, Reason, ReviewItem, StatementImport
 from ledger.statements import import_statement
 from reviews.views import statements as statements_view
 from tests.factories import signed_in
 
 HEADER = "provider_ref,reference,amount,currency,status,occurred_at,type"
-
-
-@pytest.fixture
-def stmt_tool(tools) -> Tool:
-    """charge_card, declaring statements in major units (tools.toml gives it none)."""
-    tool = tools["charge_card"]
-    tool.statements = True
-    tool.amount_path, tool.currency_path, tool.amount_unit = "amount", "currency", "major"
-    tool.save()
-    return tool
 
 
 def db_now() -> datetime:

@@ -9,22 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger.models import Incident, StatementImport, Tool
+from ledger.models import Incident, StatementImport
 from tests.browser.conftest import nav
 
 pytestmark = pytest.mark.browser
 
 HEADER = "provider_ref,reference,amount,currency,status,occurred_at,type"
-
-
-@pytest.fixture
-def stmt_tool(tools) -> Tool:
-    """charge_card, declaring statements in major units (tools.toml gives it none)."""
-    tool = tools["charge_card"]
-    tool.statements = True
-    tool.amount_path, tool.currency_path, tool.amount_unit = "amount", "currency", "major"
-    tool.save()
-    return tool
 
 
 def upload(page: Page, day: datetime, lines: list[str], name: str) -> None:
