@@ -428,7 +428,12 @@ def get_effect(
 ) -> dict[str, Any]:
     if query.wait is None:
         return _show(request, _own_effect(request, effect_id))
-    effect = wait_for_change(effect_id, query.wait, lambda: _own_effect(request, effect_id))
+    effect = wait_for_change(
+        effect_id,
+        query.wait,
+        lambda: _own_effect(request, effect_id),
+        owner=str(_agent(request).id),
+    )
     if effect is None:
         # Every place to wait is taken: the effect as it is now, and when to ask again.
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)

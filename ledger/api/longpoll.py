@@ -248,14 +248,14 @@ def _let_go_of_connection() -> None:
         connection.close()
 
 
-def wait_for_change(effect_id: Any, seconds: float, read: Callable[[], Effect]) -> Effect | None:
+def wait_for_change(
+    effect_id: Any, seconds: float, read: Callable[[], Effect], *, owner: str
+) -> Effect | None:
     """The effect as soon as its status changes, or as it is after `seconds`. None when every
-    place is taken, or its agent's share of them: the caller answers at once, with Retry-After."""
+    place is taken, or `owner`'s share of them (the asking agent's): the caller answers at
+    once, with Retry-After. `read` raises for an effect the caller may not see; the place it
+    held is then given back."""
     waiters, listener = process_waiters()
-    # Whose effect it is decides whose share the place counts against; `read` raises for an
-    # effect the caller may not see, before any place is taken. This read does not give the
-    # status to wait on: that is read once the place is held (see the module's docstring).
-    owner = str(read().agent_id)
     limit = settings.LEDGER_MAX_WAITERS
     ticket = waiters.admit(str(effect_id), owner, limit, agent_share(limit))
     if ticket is None:
