@@ -70,6 +70,8 @@ MIDDLEWARE = [
     # Outermost, so that every response carries X-Request-ID and every log line its context.
     "ledger.observability.logcontext.RequestIdMiddleware",
     "ledger.api.middleware.ApiBoundaryMiddleware",
+    # The caller's W3C `traceparent`: its trace id goes into the events the call writes.
+    "ledger.observability.tracing.TraceContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     # PAGE_MIDDLEWARE, for everything but agent calls under /api/.

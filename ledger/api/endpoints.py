@@ -57,6 +57,7 @@ from ledger.audit.redaction import scrub_cards
 from ledger.containment.halts import active_halt_for
 from ledger.containment.halts import shown as shown_halt
 from ledger.containment.limits import LimitExceeded
+from ledger.effects.businesskeys import derived_key
 from ledger.effects.compensation import compensate
 from ledger.effects.hotpath import read_effect, record_new_intent, record_simple_outcome
 from ledger.effects.intents import Intent, check_agent_key, first_status, record_intent
@@ -265,7 +266,7 @@ def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
         tool=payload.tool,
         target=payload.target,
         request=payload.request,
-        effect_key=payload.effect_key,
+        effect_key=derived_key(policy, payload.request, payload.effect_key) or payload.effect_key,
         depends_on=payload.depends_on,
         provenance=payload.provenance.model_dump(exclude_none=True) if payload.provenance else {},
         callback_url=payload.callback_url or "",

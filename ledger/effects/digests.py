@@ -44,6 +44,17 @@ def idempotency_key(agent_id: int, effect_key: str) -> str:
     return "el_" + base64.b32encode(raw).decode().lower().rstrip("=")
 
 
+def business_key(tool: str, values: list[Any]) -> str:
+    """The effect key of a tool's business key: the values of its `key_fields`, canonical (so
+    25 and 25.0 are one value), under the first key of the ring like idempotency keys, so that
+    it never changes. It is keyed, never a plain hash: the values may be card numbers or other
+    guessable data."""
+    key = _ring()[min(_ring())]
+    canonical = jsonenc.dumps({"tool": tool, "values": values}, canonical=True)
+    raw = _mac(key, "business-key", canonical)[:20]
+    return f"key:{tool}:" + base64.b32encode(raw).decode().lower().rstrip("=")
+
+
 def request_hash(tool: str, target: str, request: Any, *, version: int | None = None) -> str:
     """HMAC of the canonical raw request (before redaction), tagged with the key version."""
     version = current_version() if version is None else version

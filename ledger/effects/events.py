@@ -11,6 +11,7 @@ from django.db import connection
 from ledger import jsonenc
 from ledger.effects import digests
 from ledger.models import EffectEvent
+from ledger.observability.tracing import current_trace_id
 from ledger.policy import keyuse
 
 _EVENT_TABLE = EffectEvent._meta.db_table
@@ -28,8 +29,12 @@ def event_values(
     data: Mapping[str, Any] | None = None,
 ) -> list[Any]:
     """An event's column values after `effect_id`, in `EVENT_COLUMNS` order (the digest is of
-    its data)."""
+    its data). An event written while serving a traced agent call keeps the call's trace id
+    (`ledger.observability.tracing`)."""
     data = dict(data or {})
+    trace_id = current_trace_id()
+    if trace_id is not None:
+        data.setdefault("trace_id", trace_id)
     return [
         kind,
         actor[:200],

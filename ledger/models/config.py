@@ -167,6 +167,10 @@ class Tool(models.Model):
     card_scan_allow = models.JSONField(default=list, blank=True)
     # Dotted paths into the request/response that are always tokenized ("customer.ssn").
     redact_paths = models.JSONField(default=list, blank=True)
+    # The business key (`ledger.effects.businesskeys`): dotted paths into the request that
+    # identify the action ("order_id"). When set, the effect key is derived from their values
+    # on the server, so the same action asked again under a new call id is the same effect.
+    key_fields = models.JSONField(default=list, db_default=[], blank=True)
     # Only a test tool may be named by a test agent (`ledger.effects.intents.check_mode`).
     mode = models.CharField(
         max_length=4, choices=Mode.choices, default=Mode.LIVE, db_default=Mode.LIVE

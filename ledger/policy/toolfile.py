@@ -12,6 +12,7 @@ limit_amount_per_day = { EUR = "5000.00" }
 amount_path = "amount"       # dotted paths into the request
 currency_path = "currency"
 approve_above = "1000.00"    # four-eyes (ledger.containment.four_eyes): needs limit_amount_per_day
+key_fields = ["order_id"]    # business key (ledger.effects.businesskeys): one effect per order_id
 
 [tools.refund_card]
 compensations_per_parent = 3 # partial refunds: an agent may record up to 3 per charge (1)
@@ -34,6 +35,7 @@ halt_on_duplicate = true      # a duplicate found at the provider halts the tool
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable
 from datetime import timedelta
@@ -80,7 +82,7 @@ _TEXT = (
     "currency_path",
     "amount_unit",
 )
-_LISTS = ("card_scan_allow", "redact_paths")
+_LISTS = ("card_scan_allow", "redact_paths", "key_fields")
 _MAPS = ("statement_columns", "statement_status")
 _KNOWN = {
     "preset",
@@ -152,6 +154,7 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ToolFileError(f"tool {name!r}: {key} must be a list of strings")
         fields[key] = value
+    _key_fields(name, fields["key_fields"])
     fields["max_attempts"] = _count(
         name, "max_attempts", spec.get("max_attempts", settings.LEDGER_DEFAULT_MAX_ATTEMPTS)
     )
@@ -175,6 +178,20 @@ def _fields(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         if problem:
             raise ToolFileError(f"tool {name!r}: {problem}")
     return fields
+
+
+_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
+
+
+def _key_fields(name: str, paths: list[str]) -> None:
+    """A business key: at most 10 distinct dotted paths into the request."""
+    if len(paths) > 10 or len(set(paths)) != len(paths):
+        raise ToolFileError(f"tool {name!r}: key_fields must be at most 10 distinct paths")
+    for path in paths:
+        if len(path) > 200 or not _PATH.fullmatch(path):
+            raise ToolFileError(
+                f"tool {name!r}: key_fields: {path!r} is not a dotted path such as \"order.id\""
+            )
 
 
 def _flags_and_durations(name: str, spec: dict[str, Any], fields: dict[str, Any]) -> None:

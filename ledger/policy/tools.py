@@ -54,6 +54,8 @@ class Policy:
     halt_on_duplicate: bool = False
     # As a compensating tool: an agent's compensations per parent (`ledger.effects.compensation`).
     compensations_per_parent: int = 1
+    # The business key (`ledger.effects.businesskeys`): request paths that identify the action.
+    key_fields: tuple[str, ...] = ()
 
     @classmethod
     def from_tool(cls, tool: Tool) -> Policy:
@@ -80,6 +82,7 @@ class Policy:
             lookup_horizon=tool.lookup_horizon,
             halt_on_duplicate=tool.halt_on_duplicate,
             compensations_per_parent=tool.compensations_per_parent,
+            key_fields=tuple(tool.key_fields or ()),
         )
 
     def lease_for(self, requested: int | None) -> int:

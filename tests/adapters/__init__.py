@@ -1,0 +1,1 @@
+"""Framework adapters of the client, against real frameworks, the real ledger and sandboxes."""

@@ -1,0 +1,1 @@
+"""Agent processes the adapter tests start, one script per framework and case."""
