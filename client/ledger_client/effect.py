@@ -1,171 +1,141 @@
-"""The handle an effect block works with: the ids to send to the provider, and the outcome."""
+"""The handle an effect block or a guarded call works with: the ids to send to the provider,
+and the outcome to report. `Effect` reports over the sync client, `AsyncEffect` over the async
+one; what an outcome says, and what leaving a block without one means, is shared here.
+
+The rule for leaving an effect block without an outcome:
+* an exception escaped → the effect is reported `unknown` and the exception re-raised, unless
+  it is `NotSent` (the request certainly never reached the provider): then `not_sent`. Nothing
+  else counts as proof, because an exception raised after the request was written may follow
+  a provider that acted.
+* the block ended cleanly but reported nothing → `unknown` as well, then `OutcomeMissing`.
+* an outcome is never `failed` unless the code said so with `fail(...)`: a timeout is not a
+  failure.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ledger_client.errors import LeaseLost, LeaseTooShort, LedgerRequestError, UsageError
-from ledger_client.heartbeat import Heartbeat
-from ledger_client.transport import Transport
+from ledger_client import protocol
+from ledger_client.errors import LeaseLost, LeaseTooShort, LedgerRequestError, NotSent, UsageError
+from ledger_client.models import EffectRecord, Halt
+
+if TYPE_CHECKING:
+    from ledger_client.aio import AsyncTransport
+    from ledger_client.heartbeat import Heartbeat
+    from ledger_client.sync import Transport
 
 Error = str | dict[str, Any]
 
 
-class Effect:
-    """One claimed (or replayed) effect.
-
-    `idempotency_key` is what the provider call must carry (e.g. an `Idempotency-Key` header):
-    it is the same for every attempt of this effect. `replayed` is true when the ledger already
-    holds this effect as `confirmed`: do not execute again, use `result` (the recorded response,
-    redacted as the ledger stores it).
-    """
+class EffectHandle:
+    """One claimed (or replayed) effect. `idempotency_key` is what the provider call must carry
+    (an `Idempotency-Key` header): the same for every attempt of this effect. `replayed` is
+    true when the ledger already holds it as `confirmed`: do not execute again, use `result`
+    (the recorded response, redacted as the ledger stores it)."""
 
     def __init__(
-        self,
-        transport: Transport,
-        record: dict[str, Any],
-        *,
-        replayed: bool,
-        heartbeat: Heartbeat | None = None,
+        self, record: EffectRecord, *, replayed: bool, heartbeat: Heartbeat | None = None
     ) -> None:
-        self._transport = transport
-        self._heartbeat = heartbeat
-        self._pending: dict[str, Any] | None = None
         self.record = record
         self.replayed = replayed
+        self.heartbeat = heartbeat
         self.outcome: str | None = "confirmed" if replayed else None
-        self.result: Any = record.get("response") if replayed else None
+        self.result: Any = record.response if replayed else None
+        self._pending: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
-        return str(self.record["id"])
+        return self.record.id
 
     @property
     def idempotency_key(self) -> str:
-        return str(self.record["idempotency_key"])
+        return self.record.idempotency_key
 
     @property
     def attempt(self) -> int:
-        return int(self.record["attempt"])
+        return self.record.attempt
 
     @property
     def status(self) -> str:
-        return str(self.record["status"])
+        return self.record.status
 
     @property
     def lease_token(self) -> str | None:
-        return self.record.get("lease_token")
+        return self.record.lease_token
 
     @property
     def lease_lost(self) -> bool:
         """True once a heartbeat was refused: check before starting more provider work."""
-        return self._heartbeat is not None and self._heartbeat.lost.is_set()
+        return self.heartbeat is not None and self.heartbeat.lost
+
+    @property
+    def halt(self) -> Halt | None:
+        """The halt the latest heartbeat reported, or None: stop before sending anything more,
+        and report `not_sent` if nothing went out."""
+        return self.heartbeat.halt if self.heartbeat is not None else None
 
     def lease_left(self) -> float:
         """Seconds of the lease surely left (0 on a replay, or once it is lost)."""
-        if self._heartbeat is None or self._heartbeat.lost.is_set():
+        if self.heartbeat is None or self.heartbeat.lost:
             return 0.0
-        return max(0.0, self._heartbeat.lease_until - time.monotonic())
-
-    def ensure_lease(self, call_timeout: float) -> None:
-        """Call right before the provider call that may take up to `call_timeout` seconds: if
-        less of the lease is left, the call is not started, the effect is reported `not_sent`
-        (it goes back to `planned`) and `LeaseTooShort` is raised."""
-        if self.lease_lost:
-            raise LeaseLost(f"Effect {self.id}: our lease is gone; do not start the call.")
-        left = self.lease_left()
-        if left < call_timeout:
-            why = f"{left:.1f} s of the lease left, and the call may take {call_timeout:g} s"
-            self.not_sent({"detail": f"not started: {why}"})
-            raise LeaseTooShort(f"Effect {self.id}: {why}; it was not sent.")
-
-    @property
-    def halt(self) -> dict[str, Any] | None:
-        """The halt the latest heartbeat reported (scope, reason, by, since), or None. An
-        operator halted this kind of work: stop before sending anything more, report
-        `not_sent` if nothing went out."""
-        return self._heartbeat.halt if self._heartbeat is not None else None
+        return max(0.0, self.heartbeat.lease_until - time.monotonic())
 
     def __repr__(self) -> str:
         return f"<Effect {self.id} {self.status} attempt={self.attempt} replayed={self.replayed}>"
-
-    # --- Outcomes ----------------------------------------------------------------------------
-
-    def confirm(self, provider_ref: str, response: Any = None) -> dict[str, Any]:
-        """The provider did it; `provider_ref` is its id for the result (a charge id)."""
-        record = self._report(
-            {"status": "confirmed", "provider_ref": provider_ref, "response": response}
-        )
-        self.result = response
-        return record
-
-    def fail(self, error: Error) -> dict[str, Any]:
-        """The provider definitely refused (a decline, a 4xx that means "no"). Terminal."""
-        return self._report({"status": "failed", "error": error})
-
-    def unknown(self, error: Error) -> dict[str, Any]:
-        """We cannot tell whether the provider acted (a timeout, a lost response)."""
-        return self._report({"status": "unknown", "error": error})
-
-    def not_sent(self, error: Error) -> dict[str, Any]:
-        """The request certainly never reached the provider (refused before sending); the
-        effect goes back to `planned` and may be claimed again."""
-        return self._report({"status": "not_sent", "error": error})
-
-    def awaiting(self, provider_ref: str = "", response: Any = None) -> dict[str, Any]:
-        """The provider accepted it and will confirm later (a webhook, a poll)."""
-        return self._report(
-            {"status": "awaiting_confirmation", "provider_ref": provider_ref, "response": response}
-        )
-
-    def _report(self, outcome: dict[str, Any]) -> dict[str, Any]:
-        if self.replayed:
-            raise UsageError(f"Effect {self.id} was already confirmed; it is a replay.")
-        if self.outcome is not None:
-            raise UsageError(f"Effect {self.id} already has the outcome {self.outcome!r}.")
-        # Stop beating first: a beat landing after the outcome would be refused and look like
-        # a lost lease.
-        self.stop_heartbeat()
-        body = {"lease_token": self.lease_token, **outcome}
-        self._pending = body
-        return self._send(body)
-
-    def _send(self, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            _, record = self._transport.request("POST", f"/effects/{self.id}/outcome", body)
-        except LedgerRequestError as exc:
-            if exc.code != "stale_lease":
-                raise
-            self.outcome = body["status"]
-            self._pending = None
-            why = "a heartbeat was refused earlier" if self.lease_lost else exc.detail
-            raise LeaseLost(
-                f"Effect {self.id}: our lease is gone ({why}). The {body['status']!r} report was "
-                "kept as a late outcome, not applied; recovery decides what happens next."
-            ) from exc
-        self.outcome = body["status"]
-        self._pending = None
-        self.record = record
-        return record
 
     @property
     def report_pending(self) -> bool:
         """An outcome report was attempted but did not get through (the ledger unreachable)."""
         return self._pending is not None
 
-    def finish_pending(self) -> bool:
-        """Re-send an outcome whose report did not get through; False when there is none."""
-        if self._pending is None:
-            return False
-        self._send(self._pending)
-        return True
+    def _body(self, outcome: dict[str, Any]) -> dict[str, Any]:
+        if self.replayed:
+            raise UsageError(f"Effect {self.id} was already confirmed; it is a replay.")
+        if self.outcome is not None:
+            raise UsageError(f"Effect {self.id} already has the outcome {self.outcome!r}.")
+        body = {"lease_token": self.lease_token, **outcome}
+        self._pending = body
+        return body
 
-    def stop_heartbeat(self) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
+    def _lease_check(self, call_timeout: float) -> str | None:
+        """Why a call of `call_timeout` seconds must not start now, or None."""
+        if self.lease_lost:
+            raise LeaseLost(f"Effect {self.id}: our lease is gone; do not start the call.")
+        left = self.lease_left()
+        if left < call_timeout:
+            return f"{left:.1f} s of the lease left, and the call may take {call_timeout:g} s"
+        return None
+
+    def _settled(self, body: dict[str, Any], record: dict[str, Any] | None) -> None:
+        self.outcome = str(body["status"])
+        self._pending = None
+        if record is not None:
+            self.record = protocol.parse(EffectRecord, record)
+
+    def _stale(self, body: dict[str, Any], exc: LedgerRequestError) -> LeaseLost:
+        self._settled(body, None)
+        return protocol.stale(self.id, str(body["status"]), exc.detail, self.lease_lost)
+
+
+def confirmed(provider_ref: str, response: Any) -> dict[str, Any]:
+    return {"status": "confirmed", "provider_ref": provider_ref, "response": response}
+
+
+def exit_outcome(exc: BaseException | None) -> dict[str, Any]:
+    """The outcome reported for a block left without one (see the module docstring)."""
+    if isinstance(exc, NotSent):
+        return {"status": "not_sent", "error": {"detail": str(exc), "data": exc.detail}}
+    if exc is None:
+        error: Error = (
+            "The effect block ended without reporting an outcome; whether the provider acted "
+            "is not known."
+        )
+        return {"status": "unknown", "error": error}
+    return {"status": "unknown", "error": describe(exc)}
 
 
 def describe(exc: BaseException) -> dict[str, Any]:
@@ -184,3 +154,151 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     httpx.TimeoutException,
     httpx.TransportError,
 )
+
+
+class Effect(EffectHandle):
+    """An effect handle on the sync client."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        record: EffectRecord,
+        *,
+        replayed: bool,
+        heartbeat: Heartbeat | None = None,
+    ) -> None:
+        super().__init__(record, replayed=replayed, heartbeat=heartbeat)
+        self._transport = transport
+
+    def confirm(self, provider_ref: str, response: Any = None) -> EffectRecord:
+        """The provider did it; `provider_ref` is its id for the result (a charge id)."""
+        record = self._report(confirmed(provider_ref, response))
+        self.result = response
+        return record
+
+    def fail(self, error: Error) -> EffectRecord:
+        """The provider definitely refused (a decline, a 4xx that means "no"). Terminal."""
+        return self._report({"status": "failed", "error": error})
+
+    def unknown(self, error: Error) -> EffectRecord:
+        """We cannot tell whether the provider acted (a timeout, a lost response)."""
+        return self._report({"status": "unknown", "error": error})
+
+    def not_sent(self, error: Error) -> EffectRecord:
+        """The request certainly never reached the provider; back to `planned`."""
+        return self._report({"status": "not_sent", "error": error})
+
+    def awaiting(self, provider_ref: str = "", response: Any = None) -> EffectRecord:
+        """The provider accepted it and will confirm later (a webhook, a poll)."""
+        body = {"status": "awaiting_confirmation", "provider_ref": provider_ref}
+        return self._report({**body, "response": response})
+
+    def ensure_lease(self, call_timeout: float) -> None:
+        """Call right before a provider call that may take up to `call_timeout` seconds: with
+        less of the lease left, the call is not started, the effect is reported `not_sent` and
+        `LeaseTooShort` is raised."""
+        why = self._lease_check(call_timeout)
+        if why is not None:
+            self.not_sent({"detail": f"not started: {why}"})
+            raise LeaseTooShort(f"Effect {self.id}: {why}; it was not sent.")
+
+    def stop_heartbeat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+
+    def _report(self, outcome: dict[str, Any]) -> EffectRecord:
+        body = self._body(outcome)
+        # Stop beating first: a beat after the outcome would be refused and look like a loss.
+        self.stop_heartbeat()
+        self._send(body)
+        return self.record
+
+    def _send(self, body: dict[str, Any]) -> None:
+        try:
+            record = self._transport.send(protocol.outcome(self.id, body))
+        except LedgerRequestError as exc:
+            if exc.code != "stale_lease":
+                raise
+            raise self._stale(body, exc) from exc
+        self._settled(body, record)
+
+    def finish(self, exc: BaseException | None) -> bool:
+        """Report what leaving the block means, unless an outcome is in: re-send one that did
+        not get through, or report `exit_outcome(exc)`. True when that was an outcome the code
+        never gave (the block ended without one)."""
+        self.stop_heartbeat()
+        if self._pending is not None:
+            self._send(self._pending)
+            return False
+        if self.outcome is not None:
+            return False
+        self._report(exit_outcome(exc))
+        return exc is None
+
+
+class AsyncEffect(EffectHandle):
+    """An effect handle on the async client: the same outcomes, awaited."""
+
+    def __init__(
+        self,
+        transport: AsyncTransport,
+        record: EffectRecord,
+        *,
+        replayed: bool,
+        heartbeat: Heartbeat | None = None,
+    ) -> None:
+        super().__init__(record, replayed=replayed, heartbeat=heartbeat)
+        self._transport = transport
+
+    async def confirm(self, provider_ref: str, response: Any = None) -> EffectRecord:
+        record = await self._report(confirmed(provider_ref, response))
+        self.result = response
+        return record
+
+    async def fail(self, error: Error) -> EffectRecord:
+        return await self._report({"status": "failed", "error": error})
+
+    async def unknown(self, error: Error) -> EffectRecord:
+        return await self._report({"status": "unknown", "error": error})
+
+    async def not_sent(self, error: Error) -> EffectRecord:
+        return await self._report({"status": "not_sent", "error": error})
+
+    async def awaiting(self, provider_ref: str = "", response: Any = None) -> EffectRecord:
+        body = {"status": "awaiting_confirmation", "provider_ref": provider_ref}
+        return await self._report({**body, "response": response})
+
+    async def ensure_lease(self, call_timeout: float) -> None:
+        why = self._lease_check(call_timeout)
+        if why is not None:
+            await self.not_sent({"detail": f"not started: {why}"})
+            raise LeaseTooShort(f"Effect {self.id}: {why}; it was not sent.")
+
+    async def stop_heartbeat(self) -> None:
+        if self.heartbeat is not None:
+            await self.heartbeat.astop()
+
+    async def _report(self, outcome: dict[str, Any]) -> EffectRecord:
+        body = self._body(outcome)
+        await self.stop_heartbeat()
+        await self._send(body)
+        return self.record
+
+    async def _send(self, body: dict[str, Any]) -> None:
+        try:
+            record = await self._transport.send(protocol.outcome(self.id, body))
+        except LedgerRequestError as exc:
+            if exc.code != "stale_lease":
+                raise
+            raise self._stale(body, exc) from exc
+        self._settled(body, record)
+
+    async def finish(self, exc: BaseException | None) -> bool:
+        await self.stop_heartbeat()
+        if self._pending is not None:
+            await self._send(self._pending)
+            return False
+        if self.outcome is not None:
+            return False
+        await self._report(exit_outcome(exc))
+        return exc is None

@@ -1,0 +1,298 @@
+"""The protocol core that `Ledger` (sync) and `AsyncLedger` share: what each call sends, which
+failures may be retried, and what an answer means. No I/O happens here; each client only moves
+a `Call` over its own transport and hands the answer back.
+
+Retries. A call is retried only when a repeat cannot do anything twice:
+- the request never reached the ledger (the connection could not be made): any call;
+- any other transport failure, or a 503 (the database was unreachable, nothing committed), on
+  a call that is idempotent: reads, and writes the ledger recognises as repeats (an intent by
+  its effect key, a claim by its `claim_id`, a heartbeat, an outcome with the same body, a
+  cancel, a compensation by its `compensation_key`, recovery).
+Every call this client builds is idempotent in that sense; `Call.idempotent` is False only for
+calls built without their repeat key. The delay grows exponentially with full jitter.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ledger_client import errors
+from ledger_client.models import EffectRecord, Refusal
+
+API_PREFIX = "/api/v1"
+USER_AGENT = "effect-ledger-client/0.2"
+# The ledger's long poll waits at most 60 s; the HTTP timeout allows for the answer's way back.
+LONG_POLL_MAX = 60
+LONG_POLL_GRACE = 10.0
+# Seconds before asking again when the ledger answered a long poll early (no place to wait).
+LONG_POLL_RETRY = 2.0
+
+M = TypeVar("M", bound=BaseModel)
+Failure = Literal["connect", "transport", "unavailable"]
+
+
+@dataclass(frozen=True)
+class Call:
+    method: Literal["GET", "POST"]
+    path: str
+    body: Mapping[str, Any] | None = None
+    params: Mapping[str, Any] | None = None
+    timeout: float | None = None
+    idempotent: bool = True
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How often and how long to retry what may be retried (see the module docstring)."""
+
+    retries: int = 3
+    base: float = 0.2
+    cap: float = 3.0
+    jitter: random.Random = field(default_factory=random.Random, compare=False)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number `attempt` (1, 2, ...): full jitter."""
+        return self.jitter.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))
+
+    def should_retry(self, call: Call, failure: Failure, attempt: int) -> bool:
+        if attempt > self.retries:
+            return False
+        return failure == "connect" or call.idempotent
+
+
+def unavailable(call: Call, tries: int, last: str) -> errors.LedgerUnavailable:
+    return errors.LedgerUnavailable(
+        f"The ledger did not answer {call.method} {call.path} after {tries} "
+        f"tr{'y' if tries == 1 else 'ies'} ({last})."
+    )
+
+
+def decode(call: Call, status: int, body: Any) -> dict[str, Any]:
+    """The JSON object of a successful answer; a refusal raises `LedgerRequestError`."""
+    data = body if isinstance(body, dict) else {"detail": str(body)[:500]}
+    if status >= 400:
+        try:
+            refusal = Refusal.model_validate({"error": "error", "detail": f"HTTP {status}", **data})
+        except ValidationError:
+            refusal = Refusal(error=str(data.get("error", "error")), detail=f"HTTP {status}")
+        raise errors.LedgerRequestError(status, refusal)
+    return data
+
+
+def parse(model: type[M], data: Mapping[str, Any]) -> M:
+    """A typed answer; an answer that does not fit is the ledger's fault, said plainly."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise errors.LedgerClientError(
+            f"The ledger's answer is not a {model.__name__}: {exc.errors()[:3]}"
+        ) from exc
+
+
+# --- Calls -----------------------------------------------------------------------------------
+
+
+def intent(
+    *,
+    run_id: str,
+    step_id: str,
+    tool: str,
+    target: str,
+    request: Mapping[str, Any],
+    claim: bool,
+    owner: str,
+    lease_seconds: int | None,
+    depends_on: Iterable[str] = (),
+    effect_key: str | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    callback_url: str | None = None,
+) -> Call:
+    body: dict[str, Any] = {
+        "run_id": run_id,
+        "step_id": step_id,
+        "tool": tool,
+        "target": target,
+        "request": dict(request),
+        "depends_on": [str(d) for d in depends_on],
+        "claim": claim,
+    }
+    if claim:
+        # One claim_id per attempt, kept by the retries: a claim whose answer was lost comes
+        # back with the same lease token instead of a refusal.
+        body |= {"owner": owner, "claim_id": uuid.uuid4().hex}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+    optional = {"effect_key": effect_key, "callback_url": callback_url}
+    body |= {k: v for k, v in optional.items() if v is not None}
+    if provenance is not None:
+        body["provenance"] = dict(provenance)
+    return Call("POST", "/effects", body)
+
+
+def claim(effect_id: str, *, owner: str, lease_seconds: int | None) -> Call:
+    body: dict[str, Any] = {"owner": owner, "claim_id": uuid.uuid4().hex}
+    if lease_seconds is not None:
+        body["lease_seconds"] = lease_seconds
+    return Call("POST", f"/effects/{effect_id}/claim", body)
+
+
+def heartbeat(effect_id: str, token: str, lease_seconds: int) -> Call:
+    body = {"lease_token": token, "lease_seconds": lease_seconds}
+    return Call("POST", f"/effects/{effect_id}/heartbeat", body)
+
+
+def outcome(effect_id: str, body: Mapping[str, Any]) -> Call:
+    return Call("POST", f"/effects/{effect_id}/outcome", body)
+
+
+def cancel(effect_id: str, reason: str) -> Call:
+    return Call("POST", f"/effects/{effect_id}/cancel", {"reason": reason})
+
+
+def compensate(
+    effect_id: str,
+    *,
+    tool: str | None,
+    request: Mapping[str, Any],
+    reason: str,
+    compensation_key: str | None,
+) -> Call:
+    # Without a key of the caller's, one is made here: the retries then repeat this
+    # compensation instead of recording a second one.
+    body: dict[str, Any] = {
+        "request": dict(request),
+        "reason": reason,
+        "compensation_key": compensation_key or uuid.uuid4().hex,
+    }
+    if tool is not None:
+        body["tool"] = tool
+    return Call("POST", f"/effects/{effect_id}/compensate", body)
+
+
+def get(effect_id: str, *, wait: int | None = None) -> Call:
+    if wait is None:
+        return Call("GET", f"/effects/{effect_id}")
+    params = {"wait": wait}
+    return Call("GET", f"/effects/{effect_id}", params=params, timeout=wait + LONG_POLL_GRACE)
+
+
+def list_effects(
+    *,
+    run_id: str | None,
+    status: str | None,
+    tool: str | None,
+    owner: str | None,
+    limit: int,
+    cursor: str | None,
+) -> Call:
+    params = {"run_id": run_id, "status": status, "tool": tool, "owner": owner, "cursor": cursor}
+    given = {k: v for k, v in params.items() if v is not None}
+    return Call("GET", "/effects", params={**given, "limit": limit})
+
+
+def journal(run_id: str, *, limit: int, cursor: str | None) -> Call:
+    params: dict[str, Any] = {"limit": limit}
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call("GET", f"/runs/{run_id}/journal", params=params)
+
+
+def recovery(run_id: str | None, owner: str | None, dry_run: bool) -> Call:
+    body: dict[str, Any] = {"dry_run": dry_run}
+    if run_id is not None:
+        body["run_id"] = run_id
+    if owner is not None:
+        body["owner"] = owner
+    return Call("POST", "/recovery", body)
+
+
+def health() -> Call:
+    return Call("GET", "/health")
+
+
+# --- What an intent with a claim came back as -----------------------------------------------
+
+
+def opened(name: str, record: EffectRecord) -> Literal["claimed", "replayed"]:
+    """`claimed` (run it now) or `replayed` (confirmed already: use its response); any other
+    state raises what the caller must do instead."""
+    if record.lease_token:
+        return "claimed"
+    if record.status == "confirmed":
+        return "replayed"
+    if record.status == "awaiting_approval":
+        raise approval_pending(name, record.id, record)
+    raise not_claimable(name, record)
+
+
+def refusal(name: str, exc: errors.LedgerRequestError, effect_id: str = "") -> Exception:
+    """The dedicated exception for a refused intent or claim (`exc` itself when none fits)."""
+    r = exc.refusal
+    if r.error == "blocked":
+        waiting = r.blocked_by or []
+        shown = ", ".join(f"{b.id} ({b.status})" for b in waiting)
+        message = f"Effect {name} is blocked until these are confirmed: {shown}."
+        return errors.Blocked(message, waiting)
+    if r.error == "attempts_exhausted":
+        return errors.AttemptsExhausted(
+            f"Effect {name} used all {r.max_attempts or '?'} attempts; "
+            "an operator must decide what happens next."
+        )
+    if r.error == "effect_key_conflict":
+        return errors.EffectKeyConflict(f"Effect {name}: {r.detail}")
+    if r.error == "approval_required":
+        return approval_pending(name, effect_id, None)
+    if r.error == "halted":
+        return errors.Halted(f"Effect {name}: {r.detail}", r.halt)
+    if r.error == "operator_decided":
+        return errors.OperatorDecided(f"Effect {name}: {r.detail}")
+    if r.error == "limit_exceeded":
+        return errors.LimitExceeded(f"Effect {name}: {r.detail}", r.retry_after or 60, r.limit)
+    if r.error == "invalid_transition":
+        status = r.status or "dispatching"
+        return errors.NeedsReview(
+            f"Effect {name} is {status} under another claim and may be executing now; "
+            "do not run it again (ask recover() what to do).",
+            status,
+        )
+    return exc
+
+
+def approval_pending(
+    name: str, effect_id: str, record: EffectRecord | None
+) -> errors.ApprovalPending:
+    return errors.ApprovalPending(
+        f"Effect {name} is above its tool's approval threshold and waits for an operator's "
+        f"decision in the ledger (effect {effect_id}); do not run it until it is approved.",
+        effect_id,
+        record,
+    )
+
+
+def not_claimable(name: str, record: EffectRecord) -> errors.LedgerClientError:
+    status = record.status
+    if status in ("failed", "cancelled", "compensated"):
+        return errors.EffectClosed(
+            f"Effect {name} already ended {status}; this effect cannot run again.", status, record
+        )
+    why = {
+        "unknown": "its outcome is unknown (the provider may have acted): the ledger "
+        "reconciles it or an operator decides",
+        "awaiting_confirmation": "the provider accepted it and its confirmation is pending",
+        "dispatching": "another worker holds it and may be executing it now",
+    }.get(status, f"it is {status}")
+    return errors.NeedsReview(f"Effect {name} cannot be run again now: {why}.", status, record)
+
+
+def stale(effect_id: str, status: str, detail: str, lease_lost: bool) -> errors.LeaseLost:
+    why = "a heartbeat was refused earlier" if lease_lost else detail
+    return errors.LeaseLost(
+        f"Effect {effect_id}: our lease is gone ({why}). The {status!r} report was kept as a "
+        "late outcome, not applied; recovery decides what happens next."
+    )
