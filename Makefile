@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml client/pyproject.toml | $(PY)
-	$(PIP) install --quiet -e '.[embedded,test]' -e client
+	$(PIP) install --quiet -e '.[embedded,test]' -e 'client[langgraph,openai-agents,pydantic-ai,mcp,dbos,otel]'
 # The browser tests drive Debian's Chromium: Playwright cannot download a browser here.
 	if [ ! -x /usr/bin/chromium ]; then \
 	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from ledger.models import Agent, Effect, Tool
 from ledger.policy.agentkeys import issue_key
@@ -95,7 +98,9 @@ class Stage:
         return self.messaging.transactions()
 
     def effects(self, tool: str | None = None) -> list[Effect]:
-        rows = Effect.objects.filter(agent=self.agent).order_by("created_at")
+        """The agent's actions (an operator's decision is recorded as an effect of its own,
+        of kind `decision`, which this leaves out)."""
+        rows = Effect.objects.filter(agent=self.agent, kind="action").order_by("created_at")
         return list(rows.filter(tool=tool) if tool else rows)
 
     # --- The ledger's and the operator's side -------------------------------------------------
@@ -125,6 +130,26 @@ class Stage:
 
     def reject(self, effect_id: Any) -> Effect:
         return self._decide(effect_id, "reject")
+
+    def decide_when_held(self, action: str = "approve", timeout: float = 20) -> threading.Thread:
+        """An operator, in a thread of its own, who decides (`approve` or `reject`) the first
+        effect found awaiting approval: for code that waits on the ledger meanwhile. Join it."""
+
+        def operator() -> None:
+            try:
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    held = [e for e in self.effects() if e.status == "awaiting_approval"]
+                    if held:
+                        self._decide(held[0].id, action)
+                        return
+                    time.sleep(0.1)
+            finally:
+                connection.close()  # the thread's own connection, or the test DB stays in use
+
+        thread = threading.Thread(target=operator, name="operator")
+        thread.start()
+        return thread
 
     def _decide(self, effect_id: Any, action: str) -> Effect:
         effect = Effect.objects.get(pk=effect_id)
