@@ -75,6 +75,13 @@ demo: install-test
 	$(PY) demo/run.py --ledger http://127.0.0.1:$${PORT:-8000} \
 	  --payments http://127.0.0.1:8101 --messaging http://127.0.0.1:8102
 
+# The framework examples (examples/<framework>/agent.py), each against a whole stack started for
+# the purpose (embedded PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset) and the
+# sandbox providers; non-zero if any fails. EXAMPLES="langgraph dbos" runs only those.
+.PHONY: examples
+examples: install-test
+	$(PY) -m devstack.examples $(EXAMPLES)
+
 # The guides' screenshots (docs/operators.md, docs/auditors.md): the browser test that checks the
 # pages they show saves them under docs/screenshots/ (in `make test` it writes to a temporary
 # directory instead).
