@@ -1,0 +1,265 @@
+"""Pydantic AI adapter: the ledger's guard through the framework's toolset wrapping.
+
+Written against pydantic-ai-slim 2.68.0. Install with the `[pydantic-ai]` extra.
+
+    from pydantic_ai import Agent, DeferredToolRequests
+    from ledger_client import guarded
+    from ledger_client.adapters.pydantic_ai import LedgerCapability
+
+    agent = Agent(model, capabilities=[LedgerCapability()],
+                  output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain
+    @guarded(tool="charge_card")
+    def charge_card(amount: str, currency: str, account: str) -> dict: ...
+
+`LedgerCapability` wraps the agent's toolsets in a `LedgerToolset` (a `WrapperToolset`), which
+binds the step identity around every tool call: the run is the conversation
+(`RunContext.conversation_id`, which the framework stamps on every message and takes back from
+the message history, so a resumed run and a run answering deferred tool calls keep it), the
+call is `RunContext.tool_call_id`. Give `run_id=` a function of the `RunContext` to use
+another durable identity.
+
+The ledger's holds become the framework's answers:
+
+- awaiting an operator's approval (four-eyes): `ApprovalRequired`, so the run ends with
+  `DeferredToolRequests` whose metadata names the effect. The end user's `ToolApproved` only
+  resumes waiting for the operator's decision in the ledger (up to `operator_wait` seconds;
+  still undecided, the call is deferred again). Only an operator approves. The end user's
+  `ToolDenied` cancels the effect.
+- in doubt, in flight elsewhere, closed, halted, over a limit, blocked: a failed tool result
+  (`ToolFailed`) telling the model not to retry. Never `ModelRetry`: a retried call comes back
+  with a new call id, which without a business key (`key_fields`) is another effect.
+- a ledger that does not answer: `LedgerUnavailable` ends the run; the tool was not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import CallToolsNode, ModelRequestNode, RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ApprovalRequired, ToolFailed
+from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+
+from ledger_client.aio import AsyncLedger
+from ledger_client.config import LedgerConfig, default_config
+from ledger_client.context import bind_step
+from ledger_client.errors import (
+    ApprovalPending,
+    AttemptsExhausted,
+    Blocked,
+    EffectClosed,
+    EffectKeyConflict,
+    EffectRefused,
+    Halted,
+    LimitExceeded,
+    NeedsReview,
+    OperatorDecided,
+)
+from ledger_client.guard import GuardSpec, register_context_type
+
+__all__ = ["LedgerCapability", "LedgerToolset", "RunIdentity", "conversation_run_id"]
+
+register_context_type(RunContext)
+
+RunIdentity = Callable[[RunContext[Any]], "str | None"]
+"""Gives the durable run identity of a tool call from its `RunContext` (None: there is none)."""
+
+AdapterLedger = AsyncLedger | LedgerConfig
+"""The ledger the adapter itself asks (an operator's decision, a denied call's effect): an
+`AsyncLedger` used on one event loop only, or a `LedgerConfig` (one client per loop)."""
+
+DEFAULT_OPERATOR_WAIT = 30.0
+
+
+def conversation_run_id(ctx: RunContext[Any]) -> str | None:
+    """The default run identity: the conversation, which outlives one `Agent.run` call."""
+    return ctx.conversation_id
+
+
+def guard_of(tool: ToolsetTool[Any]) -> GuardSpec | None:
+    """The guard of a function tool (through combining toolsets), or None for a tool that has
+    none or whose function cannot be seen from here (an MCP tool, a custom toolset)."""
+    current: Any = tool
+    while getattr(current, "source_tool", None) is not None:
+        current = current.source_tool
+    held = getattr(current.toolset, "tools", None)
+    if not isinstance(held, dict):
+        return None
+    name = getattr(current, "original_name", None) or current.tool_def.name
+    function = getattr(held.get(name), "function", None)
+    spec = getattr(function, "__ledger_guard__", None)
+    return spec if isinstance(spec, GuardSpec) else None
+
+
+def _calls_with_id(ctx: RunContext[Any], call_id: str) -> int:
+    return sum(
+        1
+        for message in ctx.messages
+        if isinstance(message, ModelResponse)
+        for call in message.tool_calls
+        if call.tool_call_id == call_id
+    )
+
+
+def _refusal_text(refused: EffectRefused) -> str:
+    """What the model reads instead of a result when the ledger holds the effect."""
+    effect = f" (effect {refused.effect.id})" if refused.effect is not None else ""
+    if isinstance(refused, NeedsReview):
+        why = (
+            f"is {refused.status.replace('_', ' ')}: it may already have happened, and the "
+            "ledger or an operator resolves it"
+        )
+    elif isinstance(refused, EffectClosed):
+        why = f"already ended {refused.status}; it was not performed now"
+    elif isinstance(refused, Halted):
+        why = "is halted by an operator"
+    elif isinstance(refused, LimitExceeded):
+        why = f"is over a limit; the ledger accepts it again in {refused.retry_after}s"
+    elif isinstance(refused, Blocked):
+        why = "waits for an earlier action to be confirmed"
+    elif isinstance(refused, EffectKeyConflict):
+        why = "was already recorded with different arguments"
+    elif isinstance(refused, (AttemptsExhausted, OperatorDecided)):
+        why = "is now for an operator to decide"
+    else:
+        why = "was refused"
+    return f"The ledger holds this action{effect}: it {why}. Do not retry this call. {refused}"
+
+
+def _approval_metadata(hold: ApprovalPending) -> dict[str, Any]:
+    """What `DeferredToolRequests.metadata` carries for a call awaiting an operator."""
+    metadata: dict[str, Any] = {
+        "ledger_effect_id": hold.effect_id,
+        "ledger_status": "awaiting_approval",
+        "decided_by": "an operator, in the ledger",
+    }
+    approval = hold.approval
+    if approval is not None:
+        metadata.update(
+            ledger_tool=approval.tool,
+            ledger_target=approval.target,
+            ledger_request=approval.request if isinstance(approval.request, dict) else None,
+        )
+    return metadata
+
+
+@dataclass(kw_only=True)
+class LedgerToolset(WrapperToolset[Any]):
+    """Runs the wrapped toolset's tools inside their step identity and answers the ledger's
+    holds the framework's way (see the module docstring).
+
+    `ledger`: where to wait for an operator's decision (default: the process's configuration).
+    `run_id`: the durable run identity (default: the conversation id).
+    `operator_wait`: how long an end user's approval waits for the operator, in seconds."""
+
+    ledger: AdapterLedger | None = None
+    run_id: RunIdentity | None = None
+    operator_wait: float = DEFAULT_OPERATOR_WAIT
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        run_id = (self.run_id or conversation_run_id)(ctx)
+        call_id = ctx.tool_call_id
+        if not run_id or not call_id:
+            # No identity to bind: a guarded tool refuses (TypeError), any other runs as is.
+            return await self._call_held(name, tool_args, ctx, tool)
+        if guard_of(tool) is not None and _calls_with_id(ctx, call_id) > 1:
+            raise TypeError(
+                f"Tool call id {call_id!r} of {name!r} appears in more than one model response "
+                f"of conversation {run_id!r}, so it does not identify one action. Use a model "
+                "that issues unique call ids, or give the tool a business key (key_fields)."
+            )
+        with bind_step(run_id, call_id):
+            return await self._call_held(name, tool_args, ctx, tool)
+
+    async def _call_held(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        try:
+            try:
+                return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+            except ApprovalPending as hold:
+                if not ctx.tool_call_approved:
+                    raise
+                # The end user approved: that only resumes waiting for the operator.
+                await self._wait_for_operator(hold.effect_id)
+                return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+        except ApprovalPending as hold:
+            raise ApprovalRequired(_approval_metadata(hold)) from None
+        except EffectRefused as refused:
+            raise ToolFailed(_refusal_text(refused)) from None
+
+    async def _wait_for_operator(self, effect_id: str) -> None:
+        if self.operator_wait <= 0:
+            return
+        await _client(self.ledger).wait_for_decision(effect_id, timeout=self.operator_wait)
+
+
+@dataclass(kw_only=True)
+class LedgerCapability(AbstractCapability[Any]):
+    """Puts every toolset of the agent under a `LedgerToolset`, and cancels the effect of a
+    call the end user denied (`ToolDenied`), which the framework never hands to a toolset."""
+
+    ledger: AdapterLedger | None = None
+    run_id: RunIdentity | None = None
+    operator_wait: float = DEFAULT_OPERATOR_WAIT
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # takes a client and a callable: not for agent specs
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any]:
+        return LedgerToolset(
+            toolset, ledger=self.ledger, run_id=self.run_id, operator_wait=self.operator_wait
+        )
+
+    async def after_node_run(self, ctx: RunContext[Any], *, node: Any, result: Any) -> Any:
+        if isinstance(node, CallToolsNode):
+            denied = _denied_calls(ctx, result)
+            run_id = (self.run_id or conversation_run_id)(ctx)
+            if denied and run_id:
+                await self._cancel_denied(run_id, denied)
+        return result
+
+    async def _cancel_denied(self, run_id: str, denied: dict[str, str]) -> None:
+        ledger = _client(self.ledger)
+        cursor: str | None = None
+        while True:
+            page = await ledger.list_effects(
+                run_id=run_id, status="awaiting_approval", cursor=cursor
+            )
+            for effect in page.items:
+                if effect.step_id in denied:
+                    reason = f"denied by the agent's user: {denied[effect.step_id]}"
+                    await ledger.cancel(effect.id, reason=reason[:500])
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+
+def _client(given: AdapterLedger | None) -> AsyncLedger:
+    """The async client for this event loop: the given one, or the process's configuration's."""
+    if isinstance(given, AsyncLedger):
+        return given
+    return (given or default_config()).for_loop()
+
+
+def _denied_calls(ctx: RunContext[Any], result: Any) -> dict[str, str]:
+    """The calls the tools step just answered with a denial: call id -> the user's message."""
+    if isinstance(result, ModelRequestNode):
+        request: Any = result.request
+    elif ctx.messages and isinstance(ctx.messages[-1], ModelRequest):
+        request = ctx.messages[-1]
+    else:
+        return {}
+    return {
+        part.tool_call_id: str(part.content)
+        for part in request.parts
+        if isinstance(part, ToolReturnPart) and part.outcome == "denied"
+    }
