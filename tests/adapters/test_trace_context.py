@@ -80,3 +80,28 @@ def test_the_client_sends_the_current_span_and_the_ledger_keeps_its_trace(stage)
     traces = {e.data.get("trace_id") for e in EffectEvent.objects.filter(effect_id=effect.id)}
     assert traces == {trace_id}
     assert trace.get_tracer_provider() is not provider  # the global provider was not touched
+
+
+def test_with_an_sdk_configured_the_ledger_continues_the_callers_trace(alice):
+    """The process-wide provider is set once (OpenTelemetry allows no second); every later
+    traced call in this process then also makes a span, which costs the other tests nothing."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    if trace.get_tracer_provider() is not provider:
+        pytest.fail("another test set the process's tracer provider first")
+
+    response = alice.http.get(
+        "/api/v1/effects",
+        headers={"Authorization": f"Bearer {alice.key}", "traceparent": PARENT},
+    )
+    assert response.status_code == 200
+
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "GET /api/v1/effects"]
+    assert format(span.context.trace_id, "032x") == TRACE
+    assert span.parent is not None and format(span.parent.span_id, "016x") == "00f067aa0ba902b7"
+    assert span.kind == trace.SpanKind.SERVER
