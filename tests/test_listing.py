@@ -35,6 +35,7 @@ def test_filters_narrow_the_list(alice):
     assert [i["id"] for i in alice.get("/effects", {"tool": "get_balance"}).json()["items"]] == [
         a["id"]
     ]
+    assert [i["id"] for i in alice.get("/effects", {"step_id": "b"}).json()["items"]] == [b["id"]]
 
 
 def test_the_journal_replays_a_run_in_seq_order_with_recorded_results(alice):

@@ -247,15 +247,15 @@ class AsyncLedger:
         self,
         *,
         run_id: str | None = None,
+        step_id: str | None = None,
         status: str | None = None,
         tool: str | None = None,
         owner: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> EffectPage:
-        call = protocol.list_effects(
-            run_id=run_id, status=status, tool=tool, owner=owner, limit=limit, cursor=cursor
-        )
+        filters = {"run_id": run_id, "step_id": step_id, "status": status, "tool": tool}
+        call = protocol.list_effects(filters | {"owner": owner}, limit=limit, cursor=cursor)
         return protocol.parse(EffectPage, await self._send(call))
 
     async def journal(

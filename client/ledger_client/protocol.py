@@ -182,17 +182,8 @@ def get(effect_id: str, *, wait: int | None = None) -> Call:
     return Call("GET", f"/effects/{effect_id}", params=params, timeout=wait + LONG_POLL_GRACE)
 
 
-def list_effects(
-    *,
-    run_id: str | None,
-    status: str | None,
-    tool: str | None,
-    owner: str | None,
-    limit: int,
-    cursor: str | None,
-) -> Call:
-    params = {"run_id": run_id, "status": status, "tool": tool, "owner": owner, "cursor": cursor}
-    given = {k: v for k, v in params.items() if v is not None}
+def list_effects(filters: Mapping[str, str | None], *, limit: int, cursor: str | None) -> Call:
+    given = {k: v for k, v in {**filters, "cursor": cursor}.items() if v is not None}
     return Call("GET", "/effects", params={**given, "limit": limit})
 
 

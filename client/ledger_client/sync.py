@@ -258,15 +258,15 @@ class Ledger:
         self,
         *,
         run_id: str | None = None,
+        step_id: str | None = None,
         status: str | None = None,
         tool: str | None = None,
         owner: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> EffectPage:
-        call = protocol.list_effects(
-            run_id=run_id, status=status, tool=tool, owner=owner, limit=limit, cursor=cursor
-        )
+        filters = {"run_id": run_id, "step_id": step_id, "status": status, "tool": tool}
+        call = protocol.list_effects(filters | {"owner": owner}, limit=limit, cursor=cursor)
         return protocol.parse(EffectPage, self.transport.send(call))
 
     def journal(self, run_id: str, *, limit: int = 100, cursor: str | None = None) -> EffectPage:

@@ -444,6 +444,7 @@ def get_effect(
 
 class ListFilters(Schema):
     run_id: str | None = Field(None, max_length=200)
+    step_id: str | None = Field(None, max_length=200)
     status: Status | None = None
     tool: str | None = Field(None, max_length=100)
     owner: Label | None = None
@@ -457,6 +458,8 @@ def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str,
     effects = Effect.objects.filter(agent=agent)
     if filters.run_id is not None:
         effects = effects.filter(run_id=filters.run_id)
+    if filters.step_id is not None:
+        effects = effects.filter(step_id=filters.step_id)
     if filters.status is not None:
         effects = effects.filter(status=filters.status)
     if filters.tool is not None:
