@@ -150,7 +150,7 @@ class Workflow:
                 except Blocked as blocked:
                     if time.monotonic() > deadline:
                         raise
-                    waiting = ", ".join(b["status"] for b in blocked.blocked_by)
+                    waiting = ", ".join(b.status for b in blocked.blocked_by)
                     say("fulfilment", f"blocked: the payment is {waiting}; waiting")
                     time.sleep(0.5)
 
@@ -187,10 +187,10 @@ class Workflow:
         print(f"\nrun {self.run_id}:")
         if charge is not None:
             print(
-                f"  charge  {charge['status']:<10} attempt {charge['attempt']} "
-                f"owner {charge['lease_owner'] or '-'} ref {charge['provider_ref']}"
+                f"  charge  {charge.status:<10} attempt {charge.attempt} "
+                f"owner {charge.lease_owner or '-'} ref {charge.provider_ref}"
             )
-        ok = not self.errors and charge is not None and charge["status"] == "confirmed"
+        ok = not self.errors and charge is not None and charge.status == "confirmed"
         print("  result:", "ok" if ok else "; ".join(self.errors) or "incomplete")
         return 0 if ok else 1
 

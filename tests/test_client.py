@@ -14,13 +14,16 @@ from django.db import connection
 from ledger_client import (
     AttemptsExhausted,
     Blocked,
-    Effect,
     EffectClosed,
+    EffectHandle,
     LeaseLost,
     Ledger,
     LedgerUnavailable,
     NeedsReview,
     OutcomeMissing,
+    bind_step,
+    current_effect,
+    guarded,
 )
 
 from ledger.models import Agent, Tool
@@ -58,7 +61,7 @@ def ledger(make_ledger) -> Ledger:
 
 
 def charge(
-    provider, e: Effect, *, fault: str | None = None, timeout: float = 5.0
+    provider, e: EffectHandle, *, fault: str | None = None, timeout: float = 5.0
 ) -> dict[str, Any]:
     """The agent's provider call: POST /charges with the effect's idempotency key."""
     headers = {"Idempotency-Key": e.idempotency_key}
@@ -140,19 +143,23 @@ def test_a_second_run_of_the_same_step_replays_and_does_not_call_the_provider(
 ):
     calls: list[str] = []
 
-    @ledger.step(tool="charge_card", target="acct_42")
-    def pay(e: Effect, request: dict[str, Any]) -> dict[str, Any]:
+    @guarded(tool="charge_card", target="acct_42", ledger=ledger)
+    def pay(amount: str, currency: str, account: str) -> dict[str, Any]:
+        e = current_effect()
         calls.append(e.idempotency_key)
         return charge(payments_provider, e)
 
-    first = pay("run-1", "pay", CHARGE)
-    second = pay("run-1", "pay", CHARGE)
+    with bind_step(run_id="run-1", call_id="pay"):
+        first = pay(**CHARGE)
+        second = pay(**CHARGE)
 
     assert len(calls) == 1
     assert second["id"] == first["id"]
     assert len(payments_provider.transactions()) == 1
+    # The function's arguments were the request, and its return value was confirmed by "id".
     with ledger.effect("run-1", "pay", "charge_card", "acct_42", CHARGE) as e:
         assert e.replayed and e.result["id"] == first["id"]
+    assert EffectRow.objects.get(id=e.id).provider_ref == first["id"]
 
 
 def test_fail_records_a_refusal_and_the_effect_key_cannot_run_again(ledger):
@@ -244,7 +251,8 @@ def test_a_dependent_effect_is_blocked_until_its_upstream_is_confirmed(ledger):
             ),
         ):
             pytest.fail("a blocked effect must not run")
-        assert blocked.value.blocked_by == [{"id": pay.id, "status": "dispatching"}]
+        waiting = [(b.id, b.status) for b in blocked.value.blocked_by]
+        assert waiting == [(pay.id, "dispatching")]
         pay.confirm("ch_1")
 
     with ledger.effect(
@@ -333,9 +341,9 @@ def test_recovery_at_start_up_returns_the_plan(ledger):
 
     plan = ledger.recover("run-1", dry_run=True)
 
-    actions = {item.effect["id"]: item.action for item in plan}
+    actions = {item.effect.id: item.action for item in plan}
     assert actions == {e.id: "retry_safe", crashed.id: "reconcile"}
-    assert [item.effect["step_id"] for item in plan.retry_safe] == ["retry"]
+    assert [item.effect.step_id for item in plan.retry_safe] == ["retry"]
     assert plan.counts_by_status == {"planned": 1, "dispatching": 1, "confirmed": 1}
 
 

@@ -1,11 +1,15 @@
-"""The Python client and four-eyes: `ApprovalPending`, then waiting for an operator's decision,
-against the real ledger over HTTP (live_server)."""
+"""The Python client and four-eyes: `ApprovalPending`, then waiting for an operator's decision
+on the ledger's long poll (`wait_for_decision`), against the real ledger over HTTP
+(live_server)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 from ledger_client import ApprovalPending, Ledger
 
 from ledger.models import Agent, Effect, Tool
@@ -49,30 +53,42 @@ def test_an_effect_above_the_threshold_raises_approval_pending_then_runs_once_ap
     effect_id = held(ledger)
     assert Effect.objects.get(pk=effect_id).status == "awaiting_approval"
 
-    polls: list[float] = []
+    def approve() -> None:
+        try:
+            _decide(effect_id, "approve", olga)
+        finally:
+            connection.close()
 
-    def approve_while_waiting(seconds: float) -> None:
-        polls.append(seconds)
-        _decide(effect_id, "approve", olga)
+    # The operator approves while the client waits: the long poll answers at once, no polling.
+    approver = threading.Timer(0.5, approve)
+    asked = time.monotonic()
+    approver.start()
+    try:
+        decided = ledger.wait_for_decision(effect_id, timeout=20)
+    finally:
+        approver.join()
 
-    decided = ledger.wait_for_approval(effect_id, interval=0.5, sleep=approve_while_waiting)
-
-    assert decided["status"] == "planned" and polls == [0.5]
+    assert decided.status == "planned"
+    assert time.monotonic() - asked < 3.0
     with ledger.effect("run-1", "pay", "charge_card", "acct_42", BIG) as e:
         assert not e.replayed
         e.confirm("ch_approved", {"id": "ch_approved"})
     assert Effect.objects.get(pk=effect_id).status == "confirmed"
 
 
-def test_waiting_gives_up_with_approval_pending_after_the_timeout(ledger):
+def test_waiting_gives_up_after_the_timeout_with_the_effect_still_awaiting_approval(ledger):
     effect_id = held(ledger)
 
-    with pytest.raises(ApprovalPending, match="still waits"):
-        ledger.wait_for_approval(effect_id, timeout=0, sleep=lambda s: None)
+    asked = time.monotonic()
+    record = ledger.wait_for_decision(effect_id, timeout=2)
+
+    assert record.status == "awaiting_approval" and record.id == effect_id
+    assert 0.9 <= time.monotonic() - asked < 4.0
 
 
 def test_a_rejection_ends_the_wait_with_the_cancelled_effect(ledger, otto):
     effect_id = held(ledger)
     _decide(effect_id, "reject", otto)
 
-    assert ledger.wait_for_approval(effect_id, sleep=lambda s: None)["status"] == "cancelled"
+    # `wait_for_approval` is the same wait under its earlier name.
+    assert ledger.wait_for_approval(effect_id, timeout=5).status == "cancelled"

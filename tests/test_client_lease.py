@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from ledger_client import LeaseTooShort
+from ledger_client import LeaseTooShort, bind_step, current_effect, guarded
 
 from tests.factories import CHARGE
 from tests.test_client import ManualClock, charge, make_ledger, status_of
@@ -13,19 +15,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["make_ledger"]  # the fixture, used by every test here
 
 
-def test_a_step_does_not_start_the_call_on_a_lease_shorter_than_the_call_timeout(
+def test_a_guarded_call_does_not_start_on_a_lease_shorter_than_the_call_timeout(
     make_ledger, payments_provider
 ):
     ledger = make_ledger(lease_seconds=2, call_timeout=5, clock=ManualClock())
     called = []
 
-    @ledger.step(tool="charge_card", target="acct_42")
-    def pay(e, request):
-        called.append(e.id)
-        return charge(payments_provider, e)
+    @guarded(tool="charge_card", target="acct_42", ledger=ledger)
+    def pay(amount: str, currency: str, account: str) -> dict[str, Any]:
+        called.append(current_effect().id)
+        return charge(payments_provider, current_effect())
 
-    with pytest.raises(LeaseTooShort) as refused:
-        pay("run-1", "pay", CHARGE)
+    with pytest.raises(LeaseTooShort) as refused, bind_step(run_id="run-1", call_id="pay"):
+        pay(**CHARGE)
 
     assert called == []
     assert payments_provider.transactions() == []
@@ -34,15 +36,16 @@ def test_a_step_does_not_start_the_call_on_a_lease_shorter_than_the_call_timeout
     assert status_of(effect_id) == "planned"
 
 
-def test_a_step_starts_the_call_while_enough_of_the_lease_is_left(make_ledger, payments_provider):
+def test_a_guarded_call_starts_while_enough_of_the_lease_is_left(make_ledger, payments_provider):
     ledger = make_ledger(lease_seconds=30, call_timeout=5, clock=ManualClock())
 
-    @ledger.step(tool="charge_card", target="acct_42")
-    def pay(e, request):
-        assert e.lease_left() > 25
-        return charge(payments_provider, e)
+    @guarded(tool="charge_card", target="acct_42", ledger=ledger)
+    def pay(amount: str, currency: str, account: str) -> dict[str, Any]:
+        assert current_effect().lease_left() > 25
+        return charge(payments_provider, current_effect())
 
-    response = pay("run-1", "pay", CHARGE)
+    with bind_step(run_id="run-1", call_id="pay"):
+        response = pay(**CHARGE)
 
     assert [t["id"] for t in payments_provider.transactions()] == [response["id"]]
 

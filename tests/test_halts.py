@@ -512,11 +512,12 @@ def test_the_client_raises_halted_and_its_heartbeat_reports_the_halt(live_server
             assert e.halt is None
             halt("agent", "executor", reason="runaway", by="olga")
             clock.beat()
-            assert e.halt is not None and e.halt["reason"] == "runaway"
+            assert e.halt is not None and e.halt.reason == "runaway"
             e.not_sent("halted before sending")
 
         after = ledger.effect("run-9", "after", "charge_card", "acct_42", request)
         with pytest.raises(Halted) as refused, after:
             pytest.fail("a halted effect must not run")
-    assert refused.value.halt["scope"] == "agent"
-    assert refused.value.halt["by"] == "olga"
+    assert refused.value.halt is not None
+    assert refused.value.halt.scope == "agent"
+    assert refused.value.halt.by == "olga"

@@ -307,7 +307,7 @@ def test_the_client_returns_as_soon_as_the_status_changes(live_server, alice):
     finally:
         claimer.join()
         ledger.close()
-    assert record["status"] == "dispatching"
+    assert record.status == "dispatching"
     assert time.monotonic() - asked < 2.0
 
 
@@ -316,7 +316,7 @@ def test_the_client_returns_the_unchanged_effect_when_its_timeout_passes(live_se
     with Ledger(live_server.url, alice.key, owner="watcher") as ledger:
         asked = time.monotonic()
         record = ledger.wait_for_change(effect["id"], status="planned", timeout=2)
-    assert record["status"] == "planned"
+    assert record.status == "planned"
     assert 1.0 <= time.monotonic() - asked < 4.0
 
 
