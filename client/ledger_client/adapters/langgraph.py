@@ -1,0 +1,551 @@
+"""LangChain / LangGraph: a tool-call middleware for `create_agent` (and for a `ToolNode`).
+
+    from langchain.agents import create_agent
+    from langchain.tools import tool
+    from ledger_client import guarded
+    from ledger_client.adapters.langgraph import LedgerMiddleware
+
+    @tool
+    @guarded(tool="charge_card", target=lambda a: a["account"])
+    def charge_card(amount: str, currency: str, account: str) -> dict: ...
+
+    agent = create_agent(model, [charge_card], middleware=[LedgerMiddleware()],
+                         checkpointer=checkpointer)
+
+Around each tool call the middleware binds the step identity LangGraph keeps for it (the run's
+`thread_id` and the model's `tool_call_id`), so a resumed or replayed call meets its own effect.
+The ledger's holds become LangGraph's own: an effect that waits for an operator's approval
+becomes `interrupt({...})`; one the ledger will not run now becomes a tool message telling the
+model not to retry. The end user's answer to that interrupt never approves anything in the
+ledger: "approve" only waits (`wait_for_decision`) for the operator, "reject" cancels the effect.
+
+Unguarded tools that share one `ToolNode` task with a guarded call (a plain `ToolNode` runs
+every call of a model turn in one task, and LangGraph re-runs the whole task on resume) have
+their results remembered in the graph's store, so they do not run twice. `create_agent` gives
+every call a task of its own (a `Send` per call), and there nothing needs remembering.
+docs/frameworks/langgraph.md explains both, with the LangGraph sources it relies on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest
+from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.messages import AIMessage, ToolMessage, message_to_dict, messages_from_dict
+from langchain_core.tools import BaseTool
+from langgraph.errors import GraphInterrupt
+from langgraph.prebuilt import ToolRuntime
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
+from langgraph.types import Command, interrupt
+
+from ledger_client.aio import AsyncLedger
+from ledger_client.context import bind_step
+from ledger_client.errors import (
+    ApprovalPending,
+    Blocked,
+    EffectClosed,
+    EffectKeyConflict,
+    EffectRefused,
+    Halted,
+    LedgerRequestError,
+    LimitExceeded,
+    NeedsReview,
+)
+from ledger_client.guard import GuardSpec, register_context_type
+from ledger_client.models import EffectRecord
+from ledger_client.sync import Ledger
+
+__all__ = ["REMEMBERED", "LedgerMiddleware", "approval_request"]
+
+# What LangChain injects into a tool function (a `runtime: ToolRuntime`, an injected store,
+# `callbacks`): never part of the request the ledger records.
+for _context_type in (ToolRuntime, Runtime, BaseStore, BaseCallbackManager):
+    register_context_type(_context_type)
+
+# The graph store's namespace for unguarded results kept across a task's re-run.
+REMEMBERED = ("effect_ledger", "tool_results")
+# LangGraph marks a task that a `Send` started (one call per task in `create_agent`).
+_PUSH = "__pregel_push"
+APPROVE, REJECT = "approve", "reject"
+
+Result = ToolMessage | Command[Any]
+# The calls of one ToolNode task: (event loop, thread, task namespace) and their call ids.
+_Group = tuple[tuple[int, str, str], list[str]]
+Handler = Callable[[ToolCallRequest], Result]
+AsyncHandler = Callable[[ToolCallRequest], Awaitable[Result]]
+
+
+@dataclass(frozen=True)
+class _Step:
+    run_id: str | None
+    call_id: str | None
+
+
+@dataclass(frozen=True)
+class _Answer:
+    approve: bool
+    reason: str
+
+
+class LedgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Binds each tool call's identity and turns the ledger's holds into LangGraph's.
+
+    `ledger` / `async_ledger`: where to wait for decisions and cancel (default: the guard's own
+    ledger, else the process default). `approval_wait`: seconds to wait for the operator after
+    the end user answered "approve"; if the operator has not decided by then, the graph pauses
+    again with a fresh interrupt. `remember_siblings=False` turns off the store-backed memory of
+    unguarded results (see the module docstring) and accepts that they may run twice.
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger | None = None,
+        async_ledger: AsyncLedger | None = None,
+        approval_wait: float = 30.0,
+        remember_siblings: bool = True,
+    ) -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.async_ledger = async_ledger
+        self.approval_wait = approval_wait
+        self.remember_siblings = remember_siblings
+        self._siblings = _Siblings()
+
+    # --- sync --------------------------------------------------------------------------------
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Result:
+        spec = guard_of(request.tool)
+        step = step_of(request, required=spec is not None)
+        with _bound(step, strict=spec is not None):
+            if spec is None:
+                return self._unguarded(request, handler)
+            return self._guarded(request, handler, spec)
+
+    def _guarded(self, request: ToolCallRequest, handler: Handler, spec: GuardSpec) -> Result:
+        while True:
+            try:
+                return handler(request)
+            except ApprovalPending as hold:
+                if not hold.effect_id:
+                    return refused(request, hold)
+                settled = self._hold(request, hold, self._sync_ledger(spec))
+            except EffectRefused as refusal:
+                return refused(request, refusal)
+            if settled is not None:
+                return settled
+            # An operator approved: the guard claims the effect and runs the tool once.
+
+    def _hold(
+        self, request: ToolCallRequest, hold: ApprovalPending, ledger: Ledger
+    ) -> ToolMessage | None:
+        waited = False
+        while True:
+            answer = read_answer(interrupt(approval_request(request, hold, waited)), hold)
+            if answer is None:
+                continue
+            if not answer.approve:
+                try:
+                    ledger.cancel(hold.effect_id, reason=answer.reason)
+                except LedgerRequestError:
+                    return None  # no longer cancellable: the guard reads what it became
+                return cancelled_by_user(request, hold)
+            effect = ledger.wait_for_decision(hold.effect_id, timeout=self.approval_wait)
+            if effect.status == "cancelled":
+                return rejected_by_operator(request, hold)
+            if effect.status != "awaiting_approval":
+                return None
+            waited = True
+
+    def _unguarded(self, request: ToolCallRequest, handler: Handler) -> Result:
+        slot = self._slot(request)
+        if slot is None:
+            return handler(request)
+        store, key = slot
+        kept = store.get(REMEMBERED, key)
+        if kept is not None:
+            return restore(kept.value)
+        result = handler(request)
+        if isinstance(result, ToolMessage):
+            store.put(REMEMBERED, key, keep(result))
+        return result
+
+    # --- async -------------------------------------------------------------------------------
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Result:
+        group = self._siblings.join(request)
+        try:
+            spec = guard_of(request.tool)
+            step = step_of(request, required=spec is not None)
+            with _bound(step, strict=spec is not None):
+                if spec is None:
+                    return await self._aunguarded(request, handler)
+                return await self._aguarded(request, handler, spec)
+        finally:
+            self._siblings.leave(group, request)
+
+    async def _aguarded(
+        self, request: ToolCallRequest, handler: AsyncHandler, spec: GuardSpec
+    ) -> Result:
+        while True:
+            try:
+                return await handler(request)
+            except ApprovalPending as hold:
+                if not hold.effect_id:
+                    return refused(request, hold)
+                settled = await self._ahold(request, hold, self._async_ledger(spec))
+            except EffectRefused as refusal:
+                return refused(request, refusal)
+            if settled is not None:
+                return settled
+
+    async def _ahold(
+        self, request: ToolCallRequest, hold: ApprovalPending, ledger: AsyncLedger | _Threaded
+    ) -> ToolMessage | None:
+        waited = False
+        while True:
+            try:
+                value = interrupt(approval_request(request, hold, waited))
+            except GraphInterrupt:
+                # asyncio.gather would abandon this ToolNode task's other calls mid-flight.
+                await self._siblings.finished(request)
+                raise
+            answer = read_answer(value, hold)
+            if answer is None:
+                continue
+            if not answer.approve:
+                try:
+                    await ledger.cancel(hold.effect_id, reason=answer.reason)
+                except LedgerRequestError:
+                    return None
+                return cancelled_by_user(request, hold)
+            effect = await ledger.wait_for_decision(hold.effect_id, timeout=self.approval_wait)
+            if effect.status == "cancelled":
+                return rejected_by_operator(request, hold)
+            if effect.status != "awaiting_approval":
+                return None
+            waited = True
+
+    async def _aunguarded(self, request: ToolCallRequest, handler: AsyncHandler) -> Result:
+        slot = self._slot(request)
+        if slot is None:
+            return await handler(request)
+        store, key = slot
+        kept = await store.aget(REMEMBERED, key)
+        if kept is not None:
+            return restore(kept.value)
+        result = await handler(request)
+        if isinstance(result, ToolMessage):
+            await store.aput(REMEMBERED, key, keep(result))
+        return result
+
+    # --- shared ------------------------------------------------------------------------------
+
+    def _sync_ledger(self, spec: GuardSpec) -> Ledger:
+        return self.ledger if self.ledger is not None else spec.sync_ledger()
+
+    def _async_ledger(self, spec: GuardSpec) -> AsyncLedger | _Threaded:
+        if self.async_ledger is not None:
+            return self.async_ledger
+        if isinstance(spec.ledger, Ledger):  # a sync tool's own client, on a worker thread
+            return _Threaded(spec.ledger)
+        return spec.async_ledger()
+
+    def _slot(self, request: ToolCallRequest) -> tuple[BaseStore, str] | None:
+        """Where to remember an unguarded result, when the call shares its task with a guarded
+        call whose pause would make LangGraph run the whole task again."""
+        step = step_of(request, required=False)
+        if not self.remember_siblings or step.run_id is None or step.call_id is None:
+            return None
+        if _pushed(request) or not _guarded_siblings(request):
+            return None
+        store = request.runtime.store
+        if store is None:
+            raise TypeError(
+                f"Tool call {step.call_id} ({request.tool_call['name']}) runs in one ToolNode "
+                "task with a guarded call. If that call pauses for an approval, LangGraph runs "
+                "the whole task again on resume and this tool would run twice. Compile the "
+                "graph with a store (compile(checkpointer=..., store=...)) so that its result "
+                "is remembered, dispatch one call per task with Send as create_agent does, or "
+                "pass LedgerMiddleware(remember_siblings=False) to accept the re-run."
+            )
+        return store, json.dumps([step.run_id, step.call_id])
+
+
+@dataclass(frozen=True)
+class _Threaded:
+    """A sync `Ledger`'s calls the async path makes, each on a worker thread."""
+
+    ledger: Ledger
+
+    async def cancel(self, effect_id: str, reason: str = "") -> EffectRecord:
+        return await asyncio.to_thread(self.ledger.cancel, effect_id, reason)
+
+    async def wait_for_decision(self, effect_id: str, *, timeout: float) -> EffectRecord:
+        return await asyncio.to_thread(
+            lambda: self.ledger.wait_for_decision(effect_id, timeout=timeout)
+        )
+
+
+class _Siblings:
+    """The calls one async ToolNode task runs together (`asyncio.gather`, tool_node.py in
+    langgraph-prebuilt 1.1.3): when one of them pauses, LangGraph ends the task at once and
+    the others would be left mid-flight, or cancelled when the loop closes. A call that pauses
+    first waits here until the other calls of its task have finished."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: dict[tuple[int, str, str], tuple[dict[str, asyncio.Event], list[int]]] = {}
+
+    def _key(self, request: ToolCallRequest) -> _Group | None:
+        if _pushed(request):
+            return None
+        ids = [str(call.get("id")) for call in _calls_of(request.state)]
+        if len(ids) < 2 or request.tool_call.get("id") not in ids:
+            return None
+        config = request.runtime.config or {}
+        thread = str((config.get("configurable") or {}).get("thread_id"))
+        namespace = str((config.get("metadata") or {}).get("langgraph_checkpoint_ns", ""))
+        return (id(asyncio.get_running_loop()), thread, namespace), ids
+
+    def _events(self, key: tuple[int, str, str], ids: list[str]) -> dict[str, asyncio.Event]:
+        with self._lock:
+            events, _ = self._groups.setdefault(key, ({}, [len(ids)]))
+            for call_id in ids:
+                events.setdefault(call_id, asyncio.Event())
+            return events
+
+    def join(self, request: ToolCallRequest) -> _Group | None:
+        group = self._key(request)
+        if group is not None:
+            self._events(*group)
+        return group
+
+    def leave(self, group: _Group | None, request: ToolCallRequest) -> None:
+        if group is None:
+            return
+        with self._lock:
+            events, left = self._groups.get(group[0], ({}, [0]))
+            if (event := events.get(str(request.tool_call.get("id")))) is not None:
+                event.set()
+            left[0] -= 1
+            if left[0] == 0:
+                del self._groups[group[0]]
+
+    async def finished(self, request: ToolCallRequest) -> None:
+        """Wait until every other call of this call's task has finished or paused."""
+        group = self._key(request)
+        if group is None:
+            return
+        me = str(request.tool_call.get("id"))
+        events = self._events(*group)
+        events[me].set()
+        await asyncio.gather(*(event.wait() for name, event in events.items() if name != me))
+
+
+# --- identity ---------------------------------------------------------------------------------
+
+
+def step_of(request: ToolCallRequest, *, required: bool) -> _Step:
+    """The call's durable identity: the run's `thread_id` and the model's `tool_call_id`."""
+    configurable = (request.runtime.config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    call = request.tool_call.get("id")
+    step = _Step(
+        run_id=None if thread in (None, "") else str(thread),
+        call_id=call or None,
+    )
+    if required and step.run_id is None:
+        raise TypeError(
+            f"Tool {request.tool_call['name']!r} is guarded, but the run has no thread_id: "
+            "invoke the graph with config={'configurable': {'thread_id': ...}} (and a "
+            "checkpointer), the identity under which the ledger records its effects."
+        )
+    if required and step.call_id is None:
+        raise TypeError(
+            f"Tool {request.tool_call['name']!r} is guarded, but the model's tool call has no "
+            "id: the ledger needs the tool_call_id to know the call again on resume."
+        )
+    return step
+
+
+@contextmanager
+def _bound(step: _Step, *, strict: bool) -> Iterator[None]:
+    """Bind the identity around the call: always for a guarded tool (`bind_step` refuses an
+    unusable one), and for an unguarded one when there is a usable one (for guarded code it
+    may call)."""
+    usable = all(isinstance(v, str) and 0 < len(v) <= 200 for v in (step.run_id, step.call_id))
+    if step.run_id is None or step.call_id is None or not (strict or usable):
+        yield
+        return
+    with bind_step(step.run_id, step.call_id):
+        yield
+
+
+def guard_of(tool: BaseTool | None) -> GuardSpec | None:
+    """The guard under a LangChain tool, if its function (sync or async) is guarded."""
+    for function in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
+        spec = getattr(function, "__ledger_guard__", None)
+        if isinstance(spec, GuardSpec):
+            return spec
+    return None
+
+
+def _pushed(request: ToolCallRequest) -> bool:
+    metadata = (request.runtime.config or {}).get("metadata") or {}
+    path: Sequence[Any] = metadata.get("langgraph_path") or ()
+    return len(path) > 0 and path[0] == _PUSH
+
+
+def _guarded_siblings(request: ToolCallRequest) -> bool:
+    """Whether a guarded call runs in the same ToolNode task (the latest AI message's calls,
+    which a ToolNode given the graph state runs together)."""
+    tools = {tool.name: tool for tool in request.runtime.tools or ()}
+    return any(
+        call.get("id") != request.tool_call.get("id") and guard_of(tools.get(call["name"]))
+        for call in _calls_of(request.state)
+    )
+
+
+def _calls_of(state: Any) -> Sequence[Any]:
+    messages = state.get("messages") if isinstance(state, dict) else state
+    if not isinstance(messages, list):
+        messages = getattr(state, "messages", None) or []
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return message.tool_calls
+    return ()
+
+
+# --- approvals --------------------------------------------------------------------------------
+
+
+def approval_request(
+    request: ToolCallRequest, hold: ApprovalPending, waited: bool = False
+) -> dict[str, Any]:
+    """What the interrupt shows the end user: the effect and how to answer."""
+    effect = hold.effect
+    tool = effect.tool if effect is not None else request.tool_call["name"]
+    target = effect.target if effect is not None else ""
+    amount, currency = _amount(effect)
+    what = f"{tool} of {amount} {currency}".rstrip() if amount is not None else tool
+    note = "The operator has not decided yet. " if waited else ""
+    return {
+        "kind": "effect_ledger.approval",
+        "effect_id": hold.effect_id,
+        "tool": tool,
+        "target": target,
+        "amount": amount,
+        "currency": currency,
+        "tool_call_id": request.tool_call.get("id"),
+        "message": (
+            f"{note}{what} to {target or 'its target'} waits for an operator's approval in the "
+            f"ledger (effect {hold.effect_id}). Answer 'approve' to keep waiting for that "
+            "decision, or 'reject' to cancel the effect. Only an operator can approve it."
+        ),
+    }
+
+
+def _amount(effect: EffectRecord | None) -> tuple[str | None, str | None]:
+    request = effect.request if effect is not None else None
+    if not isinstance(request, dict):
+        return None, None
+    amount, currency = request.get("amount"), request.get("currency")
+    return (
+        None if amount is None else str(amount),
+        currency if isinstance(currency, str) else None,
+    )
+
+
+def read_answer(value: Any, hold: ApprovalPending) -> _Answer | None:
+    """The end user's answer: "approve" / "reject", True / False, or a dict with `decision` (or
+    LangChain's `type`), an optional `reason` (or `message`) and an optional `effect_id`. None
+    when it does not answer for this effect: the middleware asks again."""
+    reason = ""
+    if isinstance(value, dict):
+        effect_id = value.get("effect_id")
+        if effect_id is not None and str(effect_id) != hold.effect_id:
+            return None
+        reason = str(value.get("reason") or value.get("message") or "")
+        value = value.get("decision", value.get("type"))
+    if value is True or (isinstance(value, str) and value.lower() in {APPROVE, "approved"}):
+        return _Answer(approve=True, reason=reason)
+    if value is False or (isinstance(value, str) and value.lower() in {REJECT, "rejected"}):
+        return _Answer(approve=False, reason=reason or "rejected by the agent's user")
+    return None
+
+
+# --- tool messages ----------------------------------------------------------------------------
+
+
+def _message(request: ToolCallRequest, text: str) -> ToolMessage:
+    return ToolMessage(
+        content=text,
+        name=request.tool_call["name"],
+        tool_call_id=request.tool_call.get("id") or "",
+        status="error",
+    )
+
+
+def cancelled_by_user(request: ToolCallRequest, hold: ApprovalPending) -> ToolMessage:
+    return _message(
+        request,
+        f"Not done: the user rejected this call, and effect {hold.effect_id} is cancelled in "
+        "the ledger. Do not retry it.",
+    )
+
+
+def rejected_by_operator(request: ToolCallRequest, hold: ApprovalPending) -> ToolMessage:
+    return _message(
+        request,
+        f"Not done: effect {hold.effect_id} was rejected by an operator in the ledger. "
+        "Do not retry it.",
+    )
+
+
+def refused(request: ToolCallRequest, refusal: EffectRefused) -> ToolMessage:
+    """A tool message for a refusal the model cannot fix by calling again."""
+    effect = refusal.effect.id if refusal.effect is not None else None
+    which = f"effect {effect}" if effect else "this call"
+    if isinstance(refusal, NeedsReview):
+        why = (
+            f"{which} is {refusal.status}: it may already have happened, and the ledger or "
+            "an operator is resolving it"
+        )
+    elif isinstance(refusal, EffectClosed) and refusal.status == "cancelled":
+        why = f"{which} was rejected by an operator or cancelled in the ledger"
+    elif isinstance(refusal, EffectClosed):
+        why = f"{which} already ended {refusal.status}"
+    elif isinstance(refusal, Halted):
+        why = f"an operator halted it ({refusal})"
+    elif isinstance(refusal, LimitExceeded):
+        why = f"a limit refused it for now ({refusal})"
+    elif isinstance(refusal, Blocked):
+        why = f"it waits for an earlier effect ({refusal})"
+    elif isinstance(refusal, EffectKeyConflict):
+        why = "the same action was already recorded with different arguments"
+    else:
+        why = str(refusal)
+    return _message(request, f"Not done now: {why}. Do not retry this call.")
+
+
+# --- remembered results -----------------------------------------------------------------------
+
+
+def keep(result: ToolMessage) -> dict[str, Any]:
+    return {"message": message_to_dict(result)}
+
+
+def restore(value: dict[str, Any]) -> ToolMessage:
+    (message,) = messages_from_dict([value["message"]])
+    if not isinstance(message, ToolMessage):  # pragma: no cover - only this module writes it
+        raise TypeError(f"{REMEMBERED} holds a {type(message).__name__}, not a ToolMessage.")
+    return message
