@@ -1,0 +1,593 @@
+"""A guarded MCP proxy: an MCP server in front of another one that lets every tool call with a
+side effect through the ledger first (intent and claim), and answers a repeat from the record.
+
+    from ledger_client.adapters.mcp import guarded_proxy
+
+    proxy = guarded_proxy("http://127.0.0.1:9000/mcp", tools_toml="tools.toml")
+    proxy.run("http", port=8000)
+
+Built on fastmcp's proxy (`create_proxy`, fastmcp 4.2.3), which relays the upstream's tool
+list unchanged; the guard is its middleware (`LedgerGuard`), so it fits any `FastMCPProxy`.
+
+- Which tools are read-only comes from the ledger's tool declarations (tools.toml:
+  `read_only = true` or `preset = "read_only"`), never from the upstream's `readOnlyHint`.
+  Read-only tools are relayed as they are; every other tool, declared or not, is guarded.
+- The identity of a call comes from the request's `_meta`: `effectledger/run_id` and
+  `effectledger/call_id` (`META_RUN_ID`, `META_CALL_ID`). A tool whose declaration names
+  `key_fields` needs only the run id: the ledger derives the effect key from those fields.
+- The effect's idempotency key goes upstream in the relayed request's `_meta` under
+  `effectledger/idempotency_key` (`META_IDEMPOTENCY_KEY`) and, when the tool's `ToolRoute`
+  names one, as an argument.
+- A repeat of a confirmed call (a client retrying after a dropped response) never reaches the
+  upstream: it is answered with the recorded result.
+- A refusal is a tool result with `isError` and a text saying what happened ("awaiting
+  approval (effect …)"), with `effectledger/effect_id` and `effectledger/status` in its `_meta`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types
+from fastmcp.exceptions import NotFoundError
+from fastmcp.server import create_proxy
+from fastmcp.server.dependencies import fastmcp_request_ctx
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.server.providers.proxy import FastMCPProxy
+from fastmcp.tools.base import InputRequiredToolResult, RawStructuredToolResult, ToolResult
+from pydantic import TypeAdapter, ValidationError
+
+from ledger_client.aio import AsyncLedger
+from ledger_client.canonical import canonical
+from ledger_client.config import LedgerConfig
+from ledger_client.context import StepIdentity
+from ledger_client.effect import AsyncEffect
+from ledger_client.errors import (
+    ApprovalPending,
+    AttemptsExhausted,
+    Blocked,
+    EffectClosed,
+    EffectKeyConflict,
+    EffectRefused,
+    Halted,
+    LedgerRequestError,
+    LedgerUnavailable,
+    LimitExceeded,
+    NeedsReview,
+    NotSent,
+    OperatorDecided,
+)
+from ledger_client.guard import GuardSpec
+from ledger_client.models import Redacted
+
+# The request's `_meta` keys this proxy reads (MCP reserves only prefixes naming
+# `modelcontextprotocol` or `mcp`; `effectledger/` is this project's).
+META_RUN_ID = "effectledger/run_id"
+META_CALL_ID = "effectledger/call_id"
+# What it adds to the relayed request's `_meta` (replacing any value the client sent).
+META_IDEMPOTENCY_KEY = "effectledger/idempotency_key"
+# What it adds to the `_meta` of the results of guarded tools.
+META_EFFECT_ID = "effectledger/effect_id"
+META_STATUS = "effectledger/status"
+META_REPLAYED = "effectledger/replayed"
+
+_CONTENT = TypeAdapter(list[mcp_types.ContentBlock])
+Callback = Callable[[Mapping[str, Any]], str]
+
+
+# --- Tool declarations -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """What the proxy needs of a tool's declaration in the ledger: whether it is read-only
+    (relayed unguarded) and its business key (`key_fields`: no call id needed)."""
+
+    name: str
+    read_only: bool = False
+    key_fields: tuple[str, ...] = ()
+
+
+def load_tool_policies(path: str | os.PathLike[str]) -> dict[str, ToolPolicy]:
+    """The tools of a tools.toml, read as the ledger reads them: `read_only = true|false`
+    decides, else the preset (`preset = "read_only"`). `ValueError` on a malformed file."""
+    with open(path, "rb") as file:
+        document = tomllib.load(file)
+    tools = document.get("tools")
+    if not isinstance(tools, dict):
+        raise ValueError(f"{os.fspath(path)}: expected [tools.NAME] tables")
+    policies: dict[str, ToolPolicy] = {}
+    for name, spec in tools.items():
+        if not isinstance(spec, dict):
+            raise ValueError(f"{os.fspath(path)}: tools.{name} must be a table")
+        read_only = spec.get("read_only", spec.get("preset", "unsafe") == "read_only")
+        fields = spec.get("key_fields", [])
+        if not isinstance(read_only, bool):
+            raise ValueError(f"tool {name!r}: read_only must be true or false")
+        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+            raise ValueError(f"tool {name!r}: key_fields must be a list of strings")
+        policies[name] = ToolPolicy(name, read_only, tuple(fields))
+    return policies
+
+
+@dataclass(frozen=True)
+class ToolRoute:
+    """How one guarded tool is recorded and how its idempotency key reaches the upstream.
+
+    - `ledger_tool`: the tool's name in the ledger, when it differs from the MCP name.
+    - `key_argument`: also pass the key as this argument (a value the client sent for it is
+      dropped: the proxy owns it, and it is no part of the recorded request).
+    - `key_in_meta`: pass the key in the relayed request's `_meta` (`META_IDEMPOTENCY_KEY`).
+    - `target`: the effect's target, a `{argument}` template or a function of the request
+      (default: the tool's name).
+    - `provider_ref`: the provider's reference from the result's structured content (default:
+      its `id`).
+    """
+
+    ledger_tool: str | None = None
+    key_argument: str | None = None
+    key_in_meta: bool = True
+    target: str | Callback | None = None
+    provider_ref: Callback | None = None
+
+
+# --- Answers the proxy gives itself ------------------------------------------------------------
+
+
+class _Refusal(Exception):
+    """The call is answered by the proxy (an error result), not relayed."""
+
+    def __init__(self, text: str, status: str, effect_id: str = "") -> None:
+        super().__init__(text)
+        self.text, self.status, self.effect_id = text, status, effect_id
+
+    def result(self) -> ToolResult:
+        meta: dict[str, Any] = {META_STATUS: self.status}
+        if self.effect_id:
+            meta[META_EFFECT_ID] = self.effect_id
+        text = mcp_types.TextContent(type="text", text=self.text)
+        return ToolResult(content=[text], meta=meta, is_error=True)
+
+
+def _effect_id(exc: EffectRefused) -> str:
+    if isinstance(exc, ApprovalPending) and exc.effect_id:
+        return exc.effect_id
+    return exc.effect.id if exc.effect is not None else ""
+
+
+def _refusal(exc: Exception, tool: str) -> _Refusal:
+    """What the client is told when the ledger did not let the call run; `exc` itself is
+    re-raised when it is nothing the ledger said."""
+    if isinstance(exc, TypeError):
+        return _Refusal(f"bad input for {tool!r}: {exc}. Nothing was run.", "bad_request")
+    if isinstance(exc, LedgerUnavailable):
+        return _Refusal(
+            f"the ledger is unavailable, so {tool!r} was not run (nothing was sent upstream); "
+            f"try again later. ({exc})",
+            "ledger_unavailable",
+        )
+    if isinstance(exc, LedgerRequestError):
+        return _Refusal(
+            f"the ledger refused the call of {tool!r} ({exc.code}: {exc.detail}); it was not run.",
+            "refused",
+        )
+    if not isinstance(exc, EffectRefused):
+        raise exc
+    effect_id = _effect_id(exc)
+    return _Refusal(_held_text(exc, effect_id), _held_status(exc), effect_id)
+
+
+def _held_text(exc: EffectRefused, effect_id: str) -> str:
+    if isinstance(exc, ApprovalPending):
+        return (
+            f"awaiting approval (effect {effect_id}): an operator must approve this call in the "
+            "ledger first. Nothing was run; call again with the same identity once approved."
+        )
+    if isinstance(exc, NeedsReview):
+        return (
+            f"needs review (effect {effect_id}, {exc.status}): this call may already have "
+            "taken effect, so it is not run again. The ledger's reconciliation or an operator "
+            "resolves it; do not retry it under a new identity."
+        )
+    if isinstance(exc, EffectClosed):
+        return (
+            f"not run: effect {effect_id} already ended {exc.status} (rejected, cancelled or "
+            "failed); it will not run under this identity."
+        )
+    if isinstance(exc, EffectKeyConflict):
+        return f"refused: this identity was already used with other arguments ({exc})."
+    if isinstance(exc, LimitExceeded):
+        return f"not run: a limit was reached; try again in {exc.retry_after} s ({exc})."
+    if isinstance(exc, (Halted, Blocked, AttemptsExhausted, OperatorDecided)):
+        return f"not run: {exc}"
+    return f"not run: the ledger refused it ({exc})."
+
+
+_STATUS = {
+    EffectKeyConflict: "effect_key_conflict",
+    LimitExceeded: "limit_exceeded",
+    Halted: "halted",
+    Blocked: "blocked",
+    AttemptsExhausted: "attempts_exhausted",
+    OperatorDecided: "operator_decided",
+}
+
+
+def _held_status(exc: EffectRefused) -> str:
+    """The `effectledger/status` of a refusal: the effect's status, or what refused it."""
+    if isinstance(exc, ApprovalPending):
+        return "awaiting_approval"
+    if isinstance(exc, (NeedsReview, EffectClosed)):
+        return exc.status
+    return _STATUS.get(type(exc), "refused")
+
+
+# --- Identity, request, key --------------------------------------------------------------------
+
+
+def _request_meta() -> dict[str, Any]:
+    current = fastmcp_request_ctx.get()
+    return dict(current.meta or {}) if current is not None else {}
+
+
+def _identity(meta: Mapping[str, Any], tool: str, policy: ToolPolicy | None) -> StepIdentity:
+    """The call's step identity from the request's `_meta`."""
+    run_id, call_id = meta.get(META_RUN_ID), meta.get(META_CALL_ID)
+    if call_id is None and policy is not None and policy.key_fields:
+        call_id = tool  # a business key: the ledger derives the effect key from the fields
+    for key, value in ((META_RUN_ID, run_id), (META_CALL_ID, call_id)):
+        if not isinstance(value, str) or not value or len(value) > 200:
+            raise _Refusal(
+                f"missing identity: {tool!r} is guarded by the ledger, so its call needs "
+                f"`_meta` {META_RUN_ID!r} and {META_CALL_ID!r} (strings of 1 to 200 "
+                f"characters; the same for every retry of the call). {key!r} is {value!r}. "
+                "Nothing was run.",
+                "bad_request",
+            )
+    assert isinstance(run_id, str) and isinstance(call_id, str)
+    return StepIdentity(run_id, call_id)
+
+
+def _request(arguments: Mapping[str, Any] | None, route: ToolRoute, tool: str) -> dict[str, Any]:
+    """The effect's request: the call's arguments, canonical, without the key argument."""
+    request: dict[str, Any] = {}
+    for name, value in (arguments or {}).items():
+        if name == route.key_argument:
+            continue
+        try:
+            request[name] = canonical(value, f"argument {name!r}")
+        except TypeError as exc:
+            raise _refusal(exc, tool) from None
+    return request
+
+
+def _schema_problem(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str | None:
+    """What is wrong with `arguments` under the upstream tool's input schema, or None."""
+    # jsonschema ships no type information; it is a dependency of the `mcp` package.
+    from jsonschema import exceptions, validators  # type: ignore[import-untyped]
+
+    try:
+        validator = validators.validator_for(schema)(schema)
+        error = exceptions.best_match(validator.iter_errors(dict(arguments)))
+    except exceptions.SchemaError:
+        return None  # the upstream's schema is broken: the upstream judges for itself
+    return None if error is None else str(error.message)
+
+
+@contextlib.contextmanager
+def _relayed_meta(key: str | None) -> Iterator[None]:
+    """The request's `_meta` as the upstream gets it: the client's own idempotency key
+    removed, the effect's added (fastmcp's proxy relays the bound request context's `_meta`)."""
+    current = fastmcp_request_ctx.get()
+    if current is None:
+        yield
+        return
+    meta = {k: v for k, v in (current.meta or {}).items() if k != META_IDEMPOTENCY_KEY}
+    if key is not None:
+        meta[META_IDEMPOTENCY_KEY] = key
+    token = fastmcp_request_ctx.set(dataclasses.replace(current, meta=meta))
+    try:
+        yield
+    finally:
+        fastmcp_request_ctx.reset(token)
+
+
+# --- Results: recorded, replayed ----------------------------------------------------------------
+
+
+def _envelope(result: ToolResult) -> dict[str, Any]:
+    """What the ledger records of an upstream result: its content and structured content."""
+    recorded: dict[str, Any] = {
+        "content": [
+            block.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for block in result.content
+        ]
+    }
+    if result.structured_content is not None:
+        recorded["structuredContent"] = result.structured_content
+    return recorded
+
+
+def _provider_ref(route: ToolRoute) -> Callable[[Any], str]:
+    def provider_ref(recorded: Any) -> str:
+        structured = recorded.get("structuredContent") if isinstance(recorded, Mapping) else None
+        if not isinstance(structured, Mapping):
+            return ""
+        if route.provider_ref is not None:
+            return route.provider_ref(structured)
+        ref = structured.get("id")
+        return ref if isinstance(ref, str) else ""
+
+    return provider_ref
+
+
+def _text(text: str) -> list[mcp_types.ContentBlock]:
+    return [mcp_types.TextContent(type="text", text=text)]
+
+
+def _from_record(response: Any, meta: dict[str, Any]) -> ToolResult:
+    """A tool result from a recorded response: the upstream's own result when it is one (a
+    fresh call, or its replay), else the response as JSON (what the ledger's reconciliation
+    recorded from the provider), else a note that retention removed it."""
+    if isinstance(response, Mapping) and isinstance(response.get("content"), list):
+        try:
+            content = _CONTENT.validate_python(response["content"])
+        except ValidationError:
+            content = None
+        structured = response.get("structuredContent")
+        if content is not None and (structured is None or isinstance(structured, dict)):
+            return ToolResult(content=content, structured_content=structured, meta=meta)
+        if content is not None:
+            return RawStructuredToolResult(content, structured, meta=meta)
+    if response is None or isinstance(response, Redacted):
+        note = "done already: this call was confirmed before; its result is no longer recorded."
+        return ToolResult(content=_text(note), meta=meta)
+    data = json.dumps(response, ensure_ascii=False)
+    structured = dict(response) if isinstance(response, Mapping) else None
+    return ToolResult(content=_text(data), structured_content=structured, meta=meta)
+
+
+class _UpstreamError(Exception):
+    """The upstream answered with an error result: whether it acted is not known."""
+
+
+@dataclass
+class _Relay:
+    """The guarded call: relays the tool call upstream with the effect's key, once."""
+
+    context: MiddlewareContext[mcp_types.CallToolRequestParams]
+    call_next: CallNext[mcp_types.CallToolRequestParams, ToolResult]
+    route: ToolRoute
+    request: dict[str, Any]
+    timeout: float | None
+    effect_id: str = ""
+    error_result: ToolResult | None = None
+    result: ToolResult | None = None
+
+    async def __call__(self, effect: AsyncEffect) -> dict[str, Any]:
+        self.effect_id = effect.id
+        arguments = dict(self.request)
+        if self.route.key_argument:
+            arguments[self.route.key_argument] = effect.idempotency_key
+        message = self.context.message.model_copy(update={"arguments": arguments})
+        key = effect.idempotency_key if self.route.key_in_meta else None
+        with _relayed_meta(key), anyio.fail_after(self.timeout):
+            result = await self.call_next(self.context.copy(message=message))
+        if isinstance(result, InputRequiredToolResult):
+            # The upstream asks the client for input before it acts (SEP-2322): nothing was
+            # done yet; the client's next round, under the same identity, claims it again.
+            self.result = result
+            raise NotSent("the upstream asked the client for input first")
+        if result.is_error:
+            self.error_result = result
+            raise _UpstreamError(_plain(result.content)[:2000])
+        self.result = result
+        return _envelope(result)
+
+    def failed(self, exc: Exception) -> ToolResult:
+        """The answer when the relayed call failed (the effect was recorded `unknown`), or when
+        it succeeded but its outcome could not be recorded (the ledger's recovery finds it)."""
+        if isinstance(self.result, InputRequiredToolResult):
+            return self.result
+        if self.result is not None:
+            meta = {META_EFFECT_ID: self.effect_id, META_STATUS: "unrecorded"}
+            return self.result.model_copy(update={"meta": {**(self.result.meta or {}), **meta}})
+        note = (
+            f"outcome unknown (effect {self.effect_id}): the upstream call failed, so whether it "
+            "took effect is not known. The ledger finds out (or an operator decides); do not "
+            "retry it under a new identity."
+        )
+        meta = {META_EFFECT_ID: self.effect_id, META_STATUS: "unknown"}
+        if self.error_result is not None:
+            content = [*self.error_result.content, *_text(note)]
+            return ToolResult(content=content, meta=meta, is_error=True)
+        return ToolResult(
+            content=_text(f"{note} ({type(exc).__name__}: {exc})"), meta=meta, is_error=True
+        )
+
+
+def _plain(content: list[mcp_types.ContentBlock]) -> str:
+    return " ".join(block.text for block in content if isinstance(block, mcp_types.TextContent))
+
+
+# --- The guard ---------------------------------------------------------------------------------
+
+
+class LedgerGuard(Middleware):
+    """fastmcp middleware that guards every `tools/call` of a tool not declared read-only.
+
+    - `tools`: the tool declarations: a tools.toml path or `load_tool_policies`' result.
+    - `ledger`: an `AsyncLedger`, or a `LedgerConfig` (one client per event loop); default:
+      `ledger_client.configure(...)`'s, else the environment's (EFFECT_LEDGER_URL, ...).
+    - `routes`: a `ToolRoute` per tool name (how its key is passed, its target, ...).
+    - `in_flight_wait`: seconds a retry waits for a call of the same identity that is still
+      running elsewhere (a dropped response retried at once) before answering "needs review".
+    - `call_timeout`: the longest an upstream call may take; then its outcome is unknown.
+    - `validate_arguments`: check the arguments against the upstream's input schema before
+      anything is recorded (a call the upstream would refuse is not recorded at all).
+    """
+
+    def __init__(
+        self,
+        tools: str | os.PathLike[str] | Mapping[str, ToolPolicy],
+        *,
+        ledger: AsyncLedger | LedgerConfig | None = None,
+        routes: Mapping[str, ToolRoute] | None = None,
+        in_flight_wait: float = 5.0,
+        call_timeout: float | None = 120.0,
+        validate_arguments: bool = True,
+    ) -> None:
+        self.policies = dict(tools) if isinstance(tools, Mapping) else load_tool_policies(tools)
+        self.ledger = ledger
+        self.routes = dict(routes or {})
+        self.in_flight_wait = in_flight_wait
+        self.call_timeout = call_timeout
+        self.validate_arguments = validate_arguments
+
+    def read_only(self, tool: str) -> bool:
+        policy = self.policies.get(tool)
+        return policy is not None and policy.read_only
+
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[mcp_types.CallToolRequestParams],
+        call_next: CallNext[mcp_types.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        name = context.message.name
+        if self.read_only(name):
+            return await call_next(context)
+        try:
+            return await self._guarded(context, call_next, name)
+        except _Refusal as refusal:
+            return refusal.result()
+
+    async def _guarded(
+        self,
+        context: MiddlewareContext[mcp_types.CallToolRequestParams],
+        call_next: CallNext[mcp_types.CallToolRequestParams, ToolResult],
+        name: str,
+    ) -> ToolResult:
+        route = self.routes.get(name, ToolRoute())
+        identity = _identity(_request_meta(), name, self.policies.get(name))
+        request = _request(context.message.arguments, route, name)
+        await self._check_upstream(context, name, request, route)
+        spec = GuardSpec(
+            route.ledger_tool or name, route.target, _provider_ref(route), ledger=self.ledger
+        )
+        relay = _Relay(context, call_next, route, request, self.call_timeout)
+        # Shielded: a client that hangs up mid-call must not leave the effect without its
+        # outcome (the upstream call goes on, and its result is recorded for the retry).
+        with anyio.CancelScope(shield=True):
+            try:
+                response = await self._run(spec, request, relay, identity)
+            except Exception as exc:
+                if relay.effect_id:
+                    return relay.failed(exc)
+                raise _refusal(exc, name) from None
+        replayed = not relay.effect_id
+        meta: dict[str, Any] = {META_STATUS: "confirmed", META_REPLAYED: replayed}
+        if relay.effect_id:
+            meta[META_EFFECT_ID] = relay.effect_id
+        return _from_record(response, meta)
+
+    async def _run(
+        self, spec: GuardSpec, request: dict[str, Any], relay: _Relay, identity: StepIdentity
+    ) -> Any:
+        """`spec.arun`, waiting up to `in_flight_wait` for a call of the same identity that
+        another request is running now (its lease is live), then answering from its record."""
+        ledger = spec.async_ledger()
+        deadline = time.monotonic() + self.in_flight_wait
+        while True:
+            try:
+                return await spec.arun(ledger, request, relay, identity)
+            except NeedsReview as hold:
+                left = deadline - time.monotonic()
+                if hold.status != "dispatching" or hold.effect is None or left <= 0:
+                    raise
+                record = await ledger.wait_for_change(
+                    hold.effect.id, status="dispatching", timeout=left
+                )
+                if record.status == "dispatching":
+                    await anyio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+
+    async def _check_upstream(
+        self,
+        context: MiddlewareContext[mcp_types.CallToolRequestParams],
+        name: str,
+        request: dict[str, Any],
+        route: ToolRoute,
+    ) -> None:
+        """Refuse, before anything is recorded, a tool the upstream does not offer and (with
+        `validate_arguments`) arguments its input schema refuses."""
+        server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
+        if server is None:
+            return
+        try:
+            tool = await server.get_tool(name)
+        except NotFoundError:
+            tool = None
+        if tool is None:
+            raise _Refusal(f"Unknown tool: {name!r}. Nothing was run.", "bad_request")
+        if not self.validate_arguments:
+            return
+        arguments = dict(request)
+        if route.key_argument:
+            arguments[route.key_argument] = "idempotency-key"
+        problem = _schema_problem(tool.parameters, arguments)
+        if problem is not None:
+            raise _Refusal(
+                f"bad input for {name!r}: {problem} (the tool's input schema). Nothing was run.",
+                "bad_request",
+            )
+
+
+def guarded_proxy(
+    upstream: Any,
+    *,
+    tools_toml: str | os.PathLike[str] | Mapping[str, ToolPolicy],
+    ledger: AsyncLedger | LedgerConfig | None = None,
+    routes: Mapping[str, ToolRoute] | None = None,
+    in_flight_wait: float = 5.0,
+    call_timeout: float | None = 120.0,
+    validate_arguments: bool = True,
+    **settings: Any,
+) -> FastMCPProxy:
+    """A fastmcp proxy of `upstream` (a URL, a client transport, a server script, a FastMCP
+    server: what `fastmcp.server.create_proxy` takes) with a `LedgerGuard` in front of its
+    tools. `settings` go to `create_proxy` (`name=...`)."""
+    proxy = create_proxy(upstream, **settings)
+    proxy.add_middleware(
+        LedgerGuard(
+            tools_toml,
+            ledger=ledger,
+            routes=routes,
+            in_flight_wait=in_flight_wait,
+            call_timeout=call_timeout,
+            validate_arguments=validate_arguments,
+        )
+    )
+    return proxy
+
+
+__all__ = [
+    "META_CALL_ID",
+    "META_EFFECT_ID",
+    "META_IDEMPOTENCY_KEY",
+    "META_REPLAYED",
+    "META_RUN_ID",
+    "META_STATUS",
+    "LedgerGuard",
+    "ToolPolicy",
+    "ToolRoute",
+    "guarded_proxy",
+    "load_tool_policies",
+]
