@@ -135,6 +135,8 @@ class GuardSpec:
             return effect.result
         with running(effect):
             try:
+                if ledger.call_timeout is not None:
+                    effect.ensure_lease(ledger.call_timeout)
                 result = call(effect)
             except BaseException as exc:
                 if effect.outcome is None:
@@ -169,6 +171,8 @@ class GuardSpec:
             return effect.result
         with running(effect):
             try:
+                if ledger.call_timeout is not None:
+                    await effect.ensure_lease(ledger.call_timeout)
                 result = await call(effect)
             except BaseException as exc:
                 if effect.outcome is None:
