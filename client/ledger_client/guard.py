@@ -120,8 +120,10 @@ class GuardSpec:
         call: Callable[[Effect], R],
         identity: StepIdentity | None = None,
     ) -> R | Any:
-        """Record, claim, run `call(effect)` once, report; see the module docstring."""
+        """Record, claim, run `call(effect)` once, report; see the module docstring. `request`
+        is made canonical here too (`TypeError` before anything is written)."""
         step = self._name(identity)
+        request = _canonical_request(request)
         args = (step.run_id, step.call_id, self.tool, self.target_of(request), request)
         deadline = time.monotonic() + self.wait_timeout
         while True:
@@ -158,6 +160,7 @@ class GuardSpec:
     ) -> R | Any:
         """`run`, awaited."""
         step = self._name(identity)
+        request = _canonical_request(request)
         args = (step.run_id, step.call_id, self.tool, self.target_of(request), request)
         deadline = time.monotonic() + self.wait_timeout
         while True:
@@ -184,6 +187,12 @@ class GuardSpec:
         if effect.outcome is None:
             await effect.confirm(self.provider_ref(result), lenient(result))
         return result
+
+
+def _canonical_request(request: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(request, dict):
+        raise TypeError(f"the request must be a dict of arguments, not {type(request).__name__}")
+    return {name: canonical(value, f"argument {name!r}") for name, value in request.items()}
 
 
 def _hold_of(hold: ApprovalPending | NeedsReview) -> tuple[str, str] | None:

@@ -55,15 +55,17 @@ class Stage:
             if not key.startswith(("EFFECT_LEDGER_", "SANDBOX_", "LEDGER_", "DATABASE_URL"))
         }
         env.update(
-            EFFECT_LEDGER_URL=self.url,
-            EFFECT_LEDGER_API_KEY=self.key,
-            EFFECT_LEDGER_OWNER="adapter-test",
-            SANDBOX_PAYMENTS_URL=self.payments.url,
-            SANDBOX_MESSAGING_URL=self.messaging.url,
-            PYTHONPATH=str(ROOT),
-            PYTHONUNBUFFERED="1",
-            **extra,
+            {
+                "EFFECT_LEDGER_URL": self.url,
+                "EFFECT_LEDGER_API_KEY": self.key,
+                "EFFECT_LEDGER_OWNER": "adapter-test",
+                "SANDBOX_PAYMENTS_URL": self.payments.url,
+                "SANDBOX_MESSAGING_URL": self.messaging.url,
+                "PYTHONPATH": str(ROOT),
+                "PYTHONUNBUFFERED": "1",
+            }
         )
+        env.update(extra)  # the caller's values win, the stage's own included
         return env
 
     def run_python(
