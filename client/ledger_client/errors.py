@@ -9,8 +9,22 @@ from typing import Any
 from ledger_client.models import Approval, EffectRecord, Halt, Refusal, Upstream
 
 
+def _restore(cls: type[LedgerClientError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class LedgerClientError(Exception):
-    """Base of every exception this client raises."""
+    """Base of every exception this client raises.
+
+    Each one pickles as its class, `args` and attributes: durable workflow engines (DBOS)
+    record an exception that left a step by pickling it and raise it again from their record,
+    and the default pickling would call `EffectClosed(message)` without its status."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _restore, (type(self), self.args, dict(self.__dict__))
 
 
 class LedgerUnavailable(LedgerClientError):

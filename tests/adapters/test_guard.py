@@ -278,3 +278,27 @@ def test_async_guard_waits_for_the_operator_on_the_long_poll(stage):
     operator.join()
     assert calls == ["acct_1"]
     assert [e.status for e in stage.effects()] == ["confirmed"]
+
+
+def test_every_client_exception_survives_pickling():
+    """Durable engines (DBOS) keep an exception that left a step by pickling it."""
+    import pickle
+
+    from ledger_client import errors
+    from ledger_client.models import Refusal
+
+    samples = [
+        errors.EffectClosed("closed", "cancelled", None),
+        errors.NeedsReview("in doubt", "unknown", None),
+        errors.ApprovalPending("held", "effect-1", None),
+        errors.Halted("halted", None),
+        errors.LimitExceeded("limited", 30, {"which": "tool:x:claims_per_minute"}),
+        errors.Blocked("blocked", []),
+        errors.LedgerRequestError(409, Refusal(error="invalid_transition", detail="no")),
+        errors.NotSent("not sent", {"why": "closed account"}),
+        errors.LedgerUnavailable("down"),
+    ]
+    for error in samples:
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and again.args == error.args
+        assert again.__dict__ == error.__dict__

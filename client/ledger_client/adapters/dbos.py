@@ -39,10 +39,9 @@ composition can be written by hand (`@DBOS.step()`, then `@dbos_identity`, then
 
 from __future__ import annotations
 
-import copyreg
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar, cast
 
 from dbos import DBOS
@@ -194,33 +193,3 @@ def ledger_step(
         return _from_the_workflow(fn, step, name or fn.__qualname__)
 
     return decorate
-
-
-# --- The ledger's exceptions in DBOS's checkpoints ------------------------------------------
-# DBOS records an exception leaving a step or a workflow by pickling it, and raises it again
-# from its record (a recovered workflow replaying the step, a handle reading the result). A
-# refusal built from more than its message (`EffectClosed(message, status, effect)`) does not
-# come back from the default pickling, which calls the class with `args` alone: the replay
-# would raise a TypeError where the workflow saw `EffectClosed`. Each of the client's
-# exception types is therefore pickled as its class, `args` and attributes.
-
-
-def _restore(cls: type[E], args: tuple[Any, ...], state: dict[str, Any]) -> E:
-    error = cls.__new__(cls, *args)
-    error.args = args
-    error.__dict__.update(state)
-    return error
-
-
-def _reduce(error: LedgerClientError) -> tuple[Any, ...]:
-    return _restore, (type(error), error.args, dict(error.__dict__))
-
-
-def _error_types(cls: type[LedgerClientError]) -> Iterator[type[LedgerClientError]]:
-    yield cls
-    for sub in cls.__subclasses__():
-        yield from _error_types(sub)
-
-
-for _type in set(_error_types(LedgerClientError)):
-    copyreg.pickle(_type, _reduce)
