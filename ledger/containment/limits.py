@@ -39,6 +39,7 @@ from ledger.containment.iso4217 import EXPONENTS as ISO_EXPONENTS
 from ledger.containment.outbox import notify
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import AmountCharge
+from ledger.observability.metrics import count_limit_refusal
 
 _CHARGES = AmountCharge._meta.db_table
 # What the claim trigger raises (SQLSTATE P0001, the limit as JSON in DETAIL).
@@ -180,6 +181,7 @@ def refusal_from_trigger(exc: DatabaseError) -> LimitExceeded | None:
     if currency:
         current, maximum = _major(current, currency), _major(maximum, currency)
     which, retry_after = raw.get("which", ""), int(raw.get("retry_after") or 60)
+    count_limit_refusal(*refusal_labels(which))
     limit: dict[str, Any] = {
         "which": which,
         "current": current,
@@ -193,6 +195,20 @@ def refusal_from_trigger(exc: DatabaseError) -> LimitExceeded | None:
     # One alert per (limit, window): the minute for claims, the hour for amounts.
     refusal.alert_key = f"{which}:{raw.get('window', '')}"
     return refusal
+
+
+def refusal_labels(which: str) -> tuple[str, str]:
+    """The metric's (scope, kind) of a refused limit, from the trigger's `which`:
+    "tool:<name>:claims_per_minute" or "agent:<name>:amount_per_day:<currency>". Names never
+    become labels (agents' names are many); anything unexpected is "other"."""
+    scope = which.partition(":")[0]
+    if which.endswith(":claims_per_minute"):
+        kind = "claims_per_minute"
+    elif which.rsplit(":", 2)[-2:-1] == ["amount_per_day"]:
+        kind = "amount_per_day"
+    else:
+        kind = "other"
+    return (scope if scope in ("tool", "agent") else "other"), kind
 
 
 def _major(minor: int, currency: str) -> str:

@@ -64,6 +64,11 @@ MACHINE_CLOSES = frozenset(
 )
 
 
+# The fraction of an item's time (opened → due) after which it is "due soon": the
+# `review_due_soon` alert (`reviews.alerts.due`) and the gauge of /metrics count from it.
+DUE_SOON = 0.75
+
+
 def _open_items(name: str, *fields: str) -> models.Index:
     """An index over open review items only (the queue never reads resolved ones by it)."""
     return models.Index(fields=list(fields), name=name, condition=Q(resolved_at__isnull=True))

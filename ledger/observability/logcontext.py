@@ -22,10 +22,12 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
+from ledger.observability import apimetrics
 from ledger.observability.jsonlog import scrub
 
 FIELDS = ("request_id", "agent", "effect_id", "run_id")
 # One line per API call with its status and duration; pages and static files are not logged.
+# The same calls are timed for /metrics (`apimetrics`).
 requests_log = logging.getLogger("ledger.requests")
 API_PREFIX = "/api/"
 HEADER = "X-Request-ID"
@@ -76,6 +78,8 @@ class RequestIdMiddleware:
             request.request_id = context["request_id"]  # type: ignore[attr-defined]
             response = self.get_response(request)
             if request.path.startswith(API_PREFIX):
+                seconds = time.monotonic() - started
+                apimetrics.observe(request, response.status_code, seconds)
                 # The path can hold an agent's run id, which is free text: scrubbed here, so
                 # the message itself is clean whatever formatter writes it.
                 requests_log.info(
@@ -85,7 +89,7 @@ class RequestIdMiddleware:
                     response.status_code,
                     extra={
                         "status": response.status_code,
-                        "duration_ms": round((time.monotonic() - started) * 1000, 1),
+                        "duration_ms": round(seconds * 1000, 1),
                     },
                 )
         response[HEADER] = context["request_id"]

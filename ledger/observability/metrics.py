@@ -1,11 +1,14 @@
 """Prometheus metrics: counters bumped where things happen, gauges from a periodic summary.
 
 Counters (`ledger_transitions_total`, `ledger_reconciliations_total`) are incremented in memory
-when the transaction that did the thing commits, never by a query. Under gunicorn every worker
-(and the rq worker and django-q cluster, which share the directory) writes its counters to
-files in `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's multiprocess mode), and a scrape,
-whichever worker answers it, adds up all of them. Without that variable (tests, one process)
-the counters live in this process only. The gauges come from `ledger.observability.summary`.
+when the transaction that did the thing commits, never by a query; a limit's refusal
+(`ledger_limit_refusals_total`) when the database refuses the claim, as its transaction rolls
+back; the agent API's latency histogram (`ledger.observability.apimetrics`) once per call.
+Under gunicorn every worker (and the rq worker and django-q cluster, which share the
+directory) writes its counters to files in `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's
+multiprocess mode), and a scrape, whichever worker answers it, adds up all of them. Without
+that variable (tests, one process) the counters live in this process only. The gauges come
+from `ledger.observability.summary`.
 
 Who may scrape: whoever sends `Authorization: Bearer <LEDGER_METRICS_TOKEN>`. Without the
 setting `/metrics` does not exist (404): counts of effects by tool and status are business
@@ -26,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from ledger.models import Tool
+from ledger.observability.apimetrics import API_CALLS
 from ledger.observability.summary import SummaryCollector, tool_label
 from ledger.policy import configversion
 from ledger.policy.configversion import VersionedCache
@@ -49,6 +53,14 @@ RECONCILIATIONS = Counter(
     ["tool", "outcome"],
     registry=_local,
 )
+LIMIT_REFUSALS = Counter(
+    "ledger_limit_refusals",
+    "Claims refused by a limit, by the limit's scope (tool, agent) and kind "
+    "(claims_per_minute, amount_per_day).",
+    ["scope", "kind"],
+    registry=_local,
+)
+_local.register(API_CALLS)
 
 summary = SummaryCollector()
 
@@ -88,6 +100,12 @@ def declared_tools() -> frozenset[str]:
 def count_reconciliation(tool: str, outcome: str) -> None:
     counter = RECONCILIATIONS.labels(tool_label(tool, declared_tools()), outcome)
     transaction.on_commit(partial(counter.inc))
+
+
+def count_limit_refusal(scope: str, kind: str) -> None:
+    """Count a claim a limit refused, now: the refusal rolls its transaction back, so waiting
+    for a commit would never count it."""
+    LIMIT_REFUSALS.labels(scope, kind).inc()
 
 
 def _authorized(request: HttpRequest, token: str) -> bool:

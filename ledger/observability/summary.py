@@ -36,7 +36,8 @@ from prometheus_client.registry import Collector
 
 from ledger.effects.interlocks import blocked_branches
 from ledger.effects.states import INCOMPLETE, sql_list
-from ledger.models import Agent, Alert, Effect, ReviewItem, Tool
+from ledger.models import Agent, Alert, Effect, EffectEvent, EventSeal, ReviewItem, Tool
+from ledger.models.review import DUE_SOON
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.summary")
@@ -45,6 +46,8 @@ _EFFECTS = Effect._meta.db_table
 _REVIEWS = ReviewItem._meta.db_table
 _ALERTS = Alert._meta.db_table
 _AGENTS = Agent._meta.db_table
+_EVENTS = EffectEvent._meta.db_table
+_SEALS = EventSeal._meta.db_table
 # Open review items are counted by age in hours: [0, 1), [1, 6), …, [168, ∞).
 REVIEW_AGE_HOURS = (0, 1, 6, 24, 72, 168)
 # Blocked branches named by the summary (the overview lists them), oldest first.
@@ -74,12 +77,23 @@ class Summary:
     declared_tools: frozenset[str] = frozenset()
     reviews_open: dict[str, int] = field(default_factory=dict)  # reason → count
     reviews_overdue: int = 0
+    # Open items past DUE_SOON of their time (opened → due), not overdue yet: the items the
+    # `review_due_soon` alert is about.
+    reviews_due_soon: int = 0
     oldest_review_seconds: float = 0.0
     alerts_pending: dict[str, int] = field(default_factory=dict)  # kind → count
     alerts_sent: dict[str, int] = field(default_factory=dict)
+    # Unsent rows whose last attempt failed (a channel refused them), by kind.
+    alerts_failing: dict[str, int] = field(default_factory=dict)
     oldest_alert_seconds: float = 0.0
+    # How long the row that has been due longest has waited for a sender (0 when none is due).
+    alert_sender_lag_seconds: float = 0.0
     # None: the halts table is not there (not migrated yet), so no halt gauge is offered.
     halts_active: dict[str, int] | None = None
+    halts_oldest_seconds: dict[str, float] | None = None  # scope → age of its oldest halt
+    # Events above the chain's highest sealed event, and the age of the oldest of them.
+    seal_pending: int = 0
+    seal_lag_seconds: float = 0.0
     check_lag_seconds: float = 0.0
     checks_due: int = 0
     # Agent's mode (None for an item that has no copy of its agent) → open items per age bucket
@@ -129,24 +143,16 @@ def read_summary() -> Summary:
     summary.reviews_open = dict(
         _rows(f"SELECT reason, count(*) FROM {_REVIEWS} WHERE resolved_at IS NULL GROUP BY reason")
     )
-    ((overdue, oldest),) = _rows(
+    ((overdue, soon, oldest),) = _rows(
         f"SELECT count(*) FILTER (WHERE due_at < now()), "
+        f"count(*) FILTER (WHERE due_at >= now() "
+        f"AND opened_at + (due_at - opened_at) * {DUE_SOON} <= now()), "
         f"COALESCE(EXTRACT(EPOCH FROM now() - min(opened_at)), 0) "
         f"FROM {_REVIEWS} WHERE resolved_at IS NULL"
     )
-    summary.reviews_overdue, summary.oldest_review_seconds = overdue, float(oldest)
-    # alert_unsent_idx: the pending ones; sent ones are counted by kind.
-    for kind, pending, sent in _rows(
-        f"SELECT kind, count(*) FILTER (WHERE sent_at IS NULL), "
-        f"count(*) FILTER (WHERE sent_at IS NOT NULL) FROM {_ALERTS} GROUP BY kind"
-    ):
-        summary.alerts_pending[kind] = pending
-        summary.alerts_sent[kind] = sent
-    ((oldest_alert,),) = _rows(
-        f"SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0) "
-        f"FROM {_ALERTS} WHERE sent_at IS NULL"
-    )
-    summary.oldest_alert_seconds = float(oldest_alert)
+    summary.reviews_overdue, summary.reviews_due_soon = overdue, soon
+    summary.oldest_review_seconds = float(oldest)
+    _read_alerts(summary)
     # effect_due_check_idx: the reconciliation queue of record. Lag is how long the most
     # overdue check has been waiting past its due time.
     ((due, lag),) = _rows(
@@ -155,8 +161,47 @@ def read_summary() -> Summary:
         f"AND next_check_at IS NOT NULL AND next_check_at <= now()"
     )
     summary.checks_due, summary.check_lag_seconds = due, float(lag)
-    summary.halts_active = _active_halts()
+    summary.seal_pending, summary.seal_lag_seconds = _seal_lag()
+    halts = _active_halts()
+    if halts is not None:
+        summary.halts_active = {scope: n for scope, (n, _) in halts.items()}
+        summary.halts_oldest_seconds = {scope: age for scope, (_, age) in halts.items()}
     return summary
+
+
+def _read_alerts(summary: Summary) -> None:
+    """The outbox by kind (sent ones counted too), and its oldest rows: over alert_unsent_idx.
+    A row is due when it is neither leased nor backing off (`ledger.containment.outbox.lease`),
+    and has been due since its lease or backoff ended, or since it was written."""
+    for kind, pending, sent, failing in _rows(
+        f"SELECT kind, count(*) FILTER (WHERE sent_at IS NULL), "
+        f"count(*) FILTER (WHERE sent_at IS NOT NULL), "
+        f"count(*) FILTER (WHERE sent_at IS NULL AND last_error <> '') "
+        f"FROM {_ALERTS} GROUP BY kind"
+    ):
+        summary.alerts_pending[kind] = pending
+        summary.alerts_sent[kind] = sent
+        summary.alerts_failing[kind] = failing
+    ((oldest_alert, sender_lag),) = _rows(
+        f"SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0), "
+        f"COALESCE(EXTRACT(EPOCH FROM now() - min(coalesce(leased_until, created_at)) "
+        f"FILTER (WHERE leased_until IS NULL OR leased_until <= now())), 0) "
+        f"FROM {_ALERTS} WHERE sent_at IS NULL"
+    )
+    summary.oldest_alert_seconds = float(oldest_alert)
+    summary.alert_sender_lag_seconds = float(sender_lag)
+
+
+def _seal_lag() -> tuple[int, float]:
+    """Events the sealer has not reached: those above the highest sealed event (the seals'
+    unique event index gives it), counted along the events' primary key, with the age of the
+    oldest. A straggler below it (a transaction open longer than the grace) is the verifier's
+    to report, not counted here."""
+    ((pending, lag),) = _rows(
+        f"SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0) "
+        f"FROM {_EVENTS} WHERE id > COALESCE((SELECT max(event_id) FROM {_SEALS}), 0)"
+    )
+    return pending, float(lag)
 
 
 def _review_ages() -> dict[str | None, tuple[int, ...]]:
@@ -177,21 +222,24 @@ def _review_ages() -> dict[str | None, tuple[int, ...]]:
     }
 
 
-def _active_halts() -> dict[str, int] | None:
+def _active_halts() -> dict[str, tuple[int, float]] | None:
+    """Active halts by scope: how many, and how long the oldest has been on."""
     (present,) = _rows(
         "SELECT count(*) FROM information_schema.columns "
-        f"WHERE table_name = '{_HALTS}' AND column_name IN ('scope', 'lifted_at')"
+        f"WHERE table_name = '{_HALTS}' AND column_name IN ('scope', 'lifted_at', 'since')"
     )[0]
-    if present != 2:
+    if present != 3:
         return None
     try:
         # A savepoint: inside a caller's transaction a failure must not poison it.
         with transaction.atomic():
-            return dict(
-                _rows(
-                    f"SELECT scope, count(*) FROM {_HALTS} WHERE lifted_at IS NULL GROUP BY scope"
+            return {
+                scope: (n, float(age))
+                for scope, n, age in _rows(
+                    f"SELECT scope, count(*), EXTRACT(EPOCH FROM now() - min(since)) "
+                    f"FROM {_HALTS} WHERE lifted_at IS NULL GROUP BY scope"
                 )
-            )
+            }
     except DatabaseError:
         return None
 
@@ -300,59 +348,9 @@ class SummaryCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s = self.summary()
-        yield _labelled(
-            "ledger_effects", "Effects by tool and status.", ["tool", "status"], s.effects
-        )
-        yield _labelled(
-            "ledger_review_items_open",
-            "Open review items by reason.",
-            ["reason"],
-            {(reason,): n for reason, n in s.reviews_open.items()},
-        )
-        yield GaugeMetricFamily(
-            "ledger_review_items_overdue", "Open review items past due_at.", value=s.reviews_overdue
-        )
-        yield GaugeMetricFamily(
-            "ledger_review_oldest_open_seconds",
-            "Age of the oldest open review item (0 when none is open).",
-            value=s.oldest_review_seconds,
-        )
-        pending = GaugeMetricFamily(
-            "ledger_alerts_pending", "Alerts in the outbox not sent yet.", labels=["kind"]
-        )
-        sent = GaugeMetricFamily(
-            "ledger_alerts_sent", "Alerts the outbox has sent (rows kept).", labels=["kind"]
-        )
-        for kind in sorted(s.alerts_pending):
-            pending.add_metric([kind], s.alerts_pending[kind])
-            sent.add_metric([kind], s.alerts_sent[kind])
-        yield pending
-        yield sent
-        yield GaugeMetricFamily(
-            "ledger_alerts_oldest_pending_seconds",
-            "Age of the oldest unsent alert (0 when none waits).",
-            value=s.oldest_alert_seconds,
-        )
-        if s.halts_active is not None:
-            yield _labelled(
-                "ledger_halts_active",
-                "Active halts by scope.",
-                ["scope"],
-                {(scope,): n for scope, n in s.halts_active.items()},
-            )
-        yield GaugeMetricFamily(
-            "ledger_checks_due", "Reconciliation checks due now.", value=s.checks_due
-        )
-        yield GaugeMetricFamily(
-            "ledger_blocked_branches",
-            "Planned effects held back by an upstream effect that is not confirmed for good.",
-            value=s.blocked_total,
-        )
-        yield GaugeMetricFamily(
-            "ledger_check_lag_seconds",
-            "How long the most overdue reconciliation check has waited past its due time.",
-            value=s.check_lag_seconds,
-        )
+        yield from _effect_and_review_gauges(s)
+        yield from _alert_gauges(s)
+        yield from _background_gauges(s)
         yield GaugeMetricFamily(
             "ledger_summary_age_seconds",
             "Seconds since this process last read the summary the gauges above come from.",
@@ -360,8 +358,94 @@ class SummaryCollector(Collector):
         )
 
 
+def _effect_and_review_gauges(s: Summary) -> Iterator[GaugeMetricFamily]:
+    yield _labelled("ledger_effects", "Effects by tool and status.", ["tool", "status"], s.effects)
+    yield _labelled(
+        "ledger_review_items_open",
+        "Open review items by reason.",
+        ["reason"],
+        {(reason,): n for reason, n in s.reviews_open.items()},
+    )
+    yield GaugeMetricFamily(
+        "ledger_review_items_overdue", "Open review items past due_at.", value=s.reviews_overdue
+    )
+    yield GaugeMetricFamily(
+        "ledger_review_items_due_soon",
+        f"Open review items past {DUE_SOON:.0%} of their time to be resolved, not overdue yet.",
+        value=s.reviews_due_soon,
+    )
+    yield GaugeMetricFamily(
+        "ledger_review_oldest_open_seconds",
+        "Age of the oldest open review item (0 when none is open).",
+        value=s.oldest_review_seconds,
+    )
+    yield GaugeMetricFamily(
+        "ledger_blocked_branches",
+        "Planned effects held back by an upstream effect that is not confirmed for good.",
+        value=s.blocked_total,
+    )
+
+
+def _alert_gauges(s: Summary) -> Iterator[GaugeMetricFamily]:
+    by_kind = {
+        "ledger_alerts_pending": ("Alerts in the outbox not sent yet.", s.alerts_pending),
+        "ledger_alerts_sent": ("Alerts the outbox has sent (rows kept).", s.alerts_sent),
+        "ledger_alerts_failing": (
+            "Unsent alerts whose last delivery failed (a channel refused them).",
+            s.alerts_failing,
+        ),
+    }
+    for name, (documentation, counts) in by_kind.items():
+        yield _labelled(name, documentation, ["kind"], {(k,): n for k, n in counts.items()})
+    yield GaugeMetricFamily(
+        "ledger_alerts_oldest_pending_seconds",
+        "Age of the oldest unsent alert (0 when none waits).",
+        value=s.oldest_alert_seconds,
+    )
+    yield GaugeMetricFamily(
+        "ledger_alert_sender_lag_seconds",
+        "How long the alert that has been due longest has waited for a sender (0 when none is "
+        "due).",
+        value=s.alert_sender_lag_seconds,
+    )
+
+
+def _background_gauges(s: Summary) -> Iterator[GaugeMetricFamily]:
+    if s.halts_active is not None and s.halts_oldest_seconds is not None:
+        yield _labelled(
+            "ledger_halts_active",
+            "Active halts by scope.",
+            ["scope"],
+            {(scope,): n for scope, n in s.halts_active.items()},
+        )
+        yield _labelled(
+            "ledger_halts_oldest_active_seconds",
+            "How long the oldest active halt of each scope has been on.",
+            ["scope"],
+            {(scope,): age for scope, age in s.halts_oldest_seconds.items()},
+        )
+    yield GaugeMetricFamily(
+        "ledger_checks_due", "Reconciliation checks due now.", value=s.checks_due
+    )
+    yield GaugeMetricFamily(
+        "ledger_check_lag_seconds",
+        "How long the most overdue reconciliation check has waited past its due time.",
+        value=s.check_lag_seconds,
+    )
+    yield GaugeMetricFamily(
+        "ledger_seal_pending_events",
+        "Events the audit chain's sealer has not reached yet.",
+        value=s.seal_pending,
+    )
+    yield GaugeMetricFamily(
+        "ledger_seal_lag_seconds",
+        "Age of the oldest event the sealer has not reached (0 when it has reached them all).",
+        value=s.seal_lag_seconds,
+    )
+
+
 def _labelled(
-    name: str, documentation: str, labels: list[str], values: dict[tuple[str, ...], int]
+    name: str, documentation: str, labels: list[str], values: dict[tuple[str, ...], float]
 ) -> GaugeMetricFamily:
     """A gauge with one sample per label tuple, in a stable order."""
     gauge = GaugeMetricFamily(name, documentation, labels=labels)

@@ -12,9 +12,7 @@ from __future__ import annotations
 from django.db import connection
 
 from ledger.models import Agent, Alert, AlertKind, Effect, ReviewItem
-
-# The fraction of an item's time after which it is "due soon".
-DUE_SOON = 0.75
+from ledger.models.review import DUE_SOON  # the fraction of an item's time: "due soon"
 
 
 def sweep() -> int:
