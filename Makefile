@@ -34,9 +34,21 @@ $(VENV)/.installed-test: pyproject.toml client/pyproject.toml | $(PY)
 	fi
 	touch $@
 
+# The alert rules' tests (tests/test_slo_pack.py) run promtool. Debian's prometheus package has
+# it, beside a server that may start when the package is installed: only promtool is taken out of
+# the package, into the venv, so no server is installed, let alone started.
+$(VENV)/bin/promtool: | $(PY)
+	dir=$$(mktemp -d) && ( cd $$dir && \
+	  { apt-get download -q -o APT::Sandbox::User=root prometheus || \
+	    { sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); $$sudo apt-get update -q && \
+	      apt-get download -q -o APT::Sandbox::User=root prometheus; }; } && \
+	  dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool && \
+	  install -m 0755 usr/bin/promtool $(CURDIR)/$@ ); rc=$$?; rm -rf $$dir; \
+	[ $$rc -eq 0 ] || { echo "Could not take promtool from Debian's prometheus package; the alert rules' tests need it." >&2; exit 1; }
+
 install: $(VENV)/.installed
 
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test $(VENV)/bin/promtool
 
 run: install
 	$(STACK) run
