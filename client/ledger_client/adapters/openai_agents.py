@@ -379,7 +379,7 @@ async def _cancel(spec: GuardSpec, effect_id: str, reason: str) -> EffectRecord:
 
 async def _held_effect(known: _Tool, run_id: str, call_id: str) -> str | None:
     """The held effect of a call, when the SDK asked in another process: by the ledger's
-    listing of the run."""
+    listing of the run's effects of that step."""
     effect_id = _held.pop((run_id, call_id), None)
     if effect_id is not None:
         return effect_id
@@ -388,11 +388,11 @@ async def _held_effect(known: _Tool, run_id: str, call_id: str) -> str | None:
     while True:
         if ledger is not None:
             page = await asyncio.to_thread(
-                ledger.list_effects, run_id=run_id, tool=spec.tool, cursor=cursor
+                ledger.list_effects, run_id=run_id, step_id=call_id, tool=spec.tool, cursor=cursor
             )
         else:
             page = await spec.async_ledger().list_effects(
-                run_id=run_id, tool=spec.tool, cursor=cursor
+                run_id=run_id, step_id=call_id, tool=spec.tool, cursor=cursor
             )
         for record in page.items:
             if record.step_id == call_id and record.status == "awaiting_approval":

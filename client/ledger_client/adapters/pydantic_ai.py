@@ -229,18 +229,13 @@ class LedgerCapability(AbstractCapability[Any]):
 
     async def _cancel_denied(self, run_id: str, denied: dict[str, str]) -> None:
         ledger = _client(self.ledger)
-        cursor: str | None = None
-        while True:
+        for call_id, message in denied.items():
             page = await ledger.list_effects(
-                run_id=run_id, status="awaiting_approval", cursor=cursor
+                run_id=run_id, step_id=call_id, status="awaiting_approval"
             )
             for effect in page.items:
-                if effect.step_id in denied:
-                    reason = f"denied by the agent's user: {denied[effect.step_id]}"
-                    await ledger.cancel(effect.id, reason=reason[:500])
-            cursor = page.next_cursor
-            if cursor is None:
-                return
+                reason = f"denied by the agent's user: {message}"
+                await ledger.cancel(effect.id, reason=reason[:500])
 
 
 def _client(given: AdapterLedger | None) -> AsyncLedger:
