@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
@@ -48,6 +49,9 @@ AnyLedger = Ledger | AsyncLedger | LedgerConfig
 
 # Framework objects passed to tools (a run context, a tool runtime): never part of a request.
 _CONTEXT_TYPES: list[type] = []
+# Markers in `Annotated[...]` that say the framework fills the parameter in (LangChain's
+# `InjectedToolCallId`, `InjectedState`): never part of a request either.
+_CONTEXT_MARKERS: list[type] = []
 
 
 def register_context_type(cls: type) -> None:
@@ -55,6 +59,47 @@ def register_context_type(cls: type) -> None:
     them out of the request. Adapters register their framework's types on import."""
     if cls not in _CONTEXT_TYPES:
         _CONTEXT_TYPES.append(cls)
+
+
+def register_context_annotation(marker: type) -> None:
+    """Parameters annotated `Annotated[T, marker]` (the class, a subclass or an instance of
+    it) are filled in by the framework: the guard leaves them out of the request."""
+    if marker not in _CONTEXT_MARKERS:
+        _CONTEXT_MARKERS.append(marker)
+
+
+def _is_marker(meta: object) -> bool:
+    markers = tuple(_CONTEXT_MARKERS)
+    return isinstance(meta, markers) or (isinstance(meta, type) and issubclass(meta, markers))
+
+
+_injected: dict[Callable[..., Any], tuple[int, frozenset[str]]] = {}
+
+
+def injected_parameters(fn: Callable[..., Any]) -> frozenset[str]:
+    """The parameters of `fn` whose annotation carries a registered context marker (read once
+    per function and per set of markers)."""
+    known = _injected.get(fn)
+    if known is not None and known[0] == len(_CONTEXT_MARKERS):
+        return known[1]
+    names = _annotated_as_injected(fn)
+    _injected[fn] = (len(_CONTEXT_MARKERS), names)
+    return names
+
+
+def _annotated_as_injected(fn: Callable[..., Any]) -> frozenset[str]:
+    if not _CONTEXT_MARKERS:
+        return frozenset()
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # an annotation that does not resolve: read them as written
+        hints = dict(getattr(fn, "__annotations__", {}))
+    return frozenset(
+        name
+        for name, hint in hints.items()
+        if typing.get_origin(hint) is typing.Annotated
+        and any(_is_marker(meta) for meta in hint.__metadata__)
+    )
 
 
 def _provider_ref(result: Any) -> str:
@@ -232,16 +277,20 @@ def _unreported(exc: BaseException, effect_id: str, report_error: Exception) -> 
 
 
 def request_of(
-    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    injected: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The call's arguments as the effect's request: bound by name, defaults applied, the
-    framework's context left out, every value canonical (`TypeError` naming the argument)."""
+    framework's context left out (by type, or by the names in `injected`), every value
+    canonical (`TypeError` naming the argument)."""
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     request: dict[str, Any] = {}
     for name, value in bound.arguments.items():
         kind = signature.parameters[name].kind
-        if _CONTEXT_TYPES and isinstance(value, tuple(_CONTEXT_TYPES)):
+        if name in injected or (_CONTEXT_TYPES and isinstance(value, tuple(_CONTEXT_TYPES))):
             continue
         if kind is inspect.Parameter.VAR_KEYWORD:
             request.update(canonical(value, f"argument '**{name}'") or {})  # type: ignore[arg-type]
@@ -284,7 +333,7 @@ def _sync_wrapper(
         raise TypeError(f"{fn.__qualname__} is not async: guard it with a Ledger")
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        request = request_of(signature, args, kwargs)
+        request = request_of(signature, args, kwargs, injected_parameters(fn))
         return spec.run(spec.sync_ledger(), request, lambda effect: fn(*args, **kwargs))
 
     return call
@@ -297,7 +346,7 @@ def _async_wrapper(
         raise TypeError(f"{fn.__qualname__} is async: guard it with an AsyncLedger")
 
     async def call(*args: Any, **kwargs: Any) -> Any:
-        request = request_of(signature, args, kwargs)
+        request = request_of(signature, args, kwargs, injected_parameters(fn))
         client = spec.async_ledger()
         return await spec.arun(client, request, lambda effect: fn(*args, **kwargs))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import pytest
@@ -22,6 +22,7 @@ from ledger_client import (
     current_effect,
     guarded,
 )
+from ledger_client.guard import register_context_annotation
 from ledger_client.models import Redacted
 
 from ledger.models import Effect
@@ -302,3 +303,30 @@ def test_every_client_exception_survives_pickling():
         again = pickle.loads(pickle.dumps(error))
         assert type(again) is type(error) and again.args == error.args
         assert again.__dict__ == error.__dict__
+
+
+class FilledIn:
+    """A framework's marker for a parameter it fills in itself."""
+
+
+def test_parameters_a_framework_fills_in_are_left_out_of_the_request(stage, ledger):
+    """A parameter annotated with a registered marker (LangChain's `InjectedToolCallId` is
+    one) is the framework's, not the action's: a re-issued call with another value for it is
+    the same request."""
+    register_context_annotation(FilledIn)
+    stage.key_fields("order_id")
+    calls: list[str] = []
+
+    @guarded(tool="charge_card", ledger=ledger)
+    def pay(order_id: int, amount: str, call: Annotated[str, FilledIn], currency: str = EUR):
+        calls.append(call)
+        return {"id": f"ch_{order_id}"}
+
+    with bind_step("thread-1", "call-1"):
+        pay(7, "1.00", "call-1")
+    with bind_step("thread-1", "call-2"):
+        assert pay(7, "1.00", "call-2") == {"id": "ch_7"}
+
+    assert calls == ["call-1"]
+    [effect] = stage.effects()
+    assert "call" not in effect.request

@@ -39,7 +39,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.messages import AIMessage, ToolMessage, message_to_dict, messages_from_dict
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, InjectedToolArg
 from langgraph.errors import GraphInterrupt
 from langgraph.prebuilt import ToolRuntime
 from langgraph.runtime import Runtime
@@ -59,7 +59,7 @@ from ledger_client.errors import (
     LimitExceeded,
     NeedsReview,
 )
-from ledger_client.guard import GuardSpec, register_context_type
+from ledger_client.guard import GuardSpec, register_context_annotation, register_context_type
 from ledger_client.models import EffectRecord
 from ledger_client.sync import Ledger
 
@@ -69,6 +69,9 @@ __all__ = ["REMEMBERED", "LedgerMiddleware", "approval_request"]
 # `callbacks`): never part of the request the ledger records.
 for _context_type in (ToolRuntime, Runtime, BaseStore, BaseCallbackManager):
     register_context_type(_context_type)
+# Parameters LangChain fills in itself (`Annotated[str, InjectedToolCallId]`, `InjectedState`,
+# `InjectedStore`): all mark their annotation with a subclass of `InjectedToolArg`.
+register_context_annotation(InjectedToolArg)
 
 # The graph store's namespace for unguarded results kept across a task's re-run.
 REMEMBERED = ("effect_ledger", "tool_results")
