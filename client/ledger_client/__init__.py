@@ -40,7 +40,12 @@ from ledger_client.errors import (
     OutcomeMissing,
     UsageError,
 )
-from ledger_client.guard import GuardSpec, guarded, register_context_type
+from ledger_client.guard import (
+    GuardSpec,
+    guarded,
+    register_context_annotation,
+    register_context_type,
+)
 from ledger_client.heartbeat import Clock
 from ledger_client.models import (
     Approval,
@@ -99,5 +104,6 @@ __all__ = [
     "current_effect",
     "current_step",
     "guarded",
+    "register_context_annotation",
     "register_context_type",
 ]
