@@ -10,8 +10,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-import dj_database_url
-
+from config.database import database_settings
 from config.env import (
     env_bool,
     env_duration,
@@ -114,8 +113,10 @@ TEMPLATES = [
     },
 ]
 
+# One host, or several as libpq takes them (`postgres://u@h1:5432,h2:5432/db`): each new
+# connection goes to whichever of them is primary (config/database.py, ADR 0011).
 DATABASES = {
-    "default": dj_database_url.parse(
+    "default": database_settings(
         env_str("DATABASE_URL"),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 600, minimum=0),
         # Off by default: it costs a round trip per request, and a dead connection is found by
@@ -123,10 +124,6 @@ DATABASES = {
         conn_health_checks=env_bool("DATABASE_HEALTH_CHECKS", False),
     )
 }
-if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://...).")
 DATABASES["default"].setdefault("OPTIONS", {})
 # Short enough that a request meeting an unreachable database answers 503 well within 5 s
 # (a stopped server refuses at once; a host that drops packets takes the whole timeout).
