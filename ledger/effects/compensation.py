@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from django.db import DatabaseError, transaction
 
 from ledger.effects.intents import Intent, find_repeat, record_intent
-from ledger.effects.states import Kind, Status
+from ledger.effects.states import INCOMPLETE, Kind, Status
 from ledger.effects.transitions import DUPLICATE_REFUND
 from ledger.errors import (
     CompensationLimitReached,
+    EffectKeyConflict,
     HasActiveDependents,
     InvalidTransition,
     LedgerError,
     OperatorDecided,
+    Refused,
     ValidationFailed,
 )
 from ledger.models import Agent, Effect, EffectDependency, RequestedBy
@@ -27,6 +30,36 @@ TRIGGER_MESSAGE = "ledger_compensation_refused"
 
 # Downstream effects in these statuses may have acted on the parent's result.
 _ACTIVE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.CONFIRMED, Status.UNKNOWN)
+
+# An operator's compensation is keyed `{parent key}:comp:decision-{n}`, n its ordinal among the
+# parent's operator compensations (1, 2, ...), counted with the parent locked: derived from
+# what the ledger holds, never drawn at random, so that the same refund decided again on a
+# database restored from before the first one gets the same key, and so the same idempotency
+# key at the provider. Agents may not take the prefix (`_compensating_tool`). Keys recorded
+# before (`decision-<uuid>`) stay as they are; they count among the ordinals.
+OPERATOR_KEY_PREFIX = "decision-"
+
+
+class CompensationUnderWay(Refused):
+    """An operator's earlier compensation of the effect has not ended yet: one at a time, so
+    that a decision sent twice (a double click) stays one compensation."""
+
+    code = "compensation_under_way"
+
+
+def operator_compensation_under_way(parent: Effect) -> Effect | None:
+    """The operator's compensation of `parent` that has not ended yet (confirmed, failed or
+    cancelled), if any."""
+    return (
+        Effect.objects.filter(
+            parent=parent,
+            kind=Kind.COMPENSATION,
+            requested_by=RequestedBy.OPERATOR,
+            status__in=INCOMPLETE,
+        )
+        .order_by("created_at")
+        .first()
+    )
 
 
 def active_dependents(effect: Effect, *, agent: Agent | None = None) -> list[dict[str, str]]:
@@ -59,9 +92,12 @@ def compensate(
     operator: bool = False,
     duplicate: bool = False,
 ) -> tuple[Effect, bool]:
-    """Record the compensation of `parent`. Returns (effect, created); a repeat with the same
-    `compensation_key` returns the existing one. `operator` says a person asked (held back by
-    every agent's dependents, not only `agent`'s); `force` (operators only) skips that check.
+    """Record the compensation of `parent`. Returns (effect, created); an agent's repeat with the
+    same `compensation_key` returns the existing one. `operator` says a person asked (held back
+    by every agent's dependents, not only `agent`'s); `force` (operators only) skips that check.
+    An operator's compensation takes no `compensation_key`: its key is derived from its ordinal
+    (`OPERATOR_KEY_PREFIX`), and it is refused while an earlier one is under way
+    (`CompensationUnderWay`) or when its key is taken (`EffectKeyConflict`), never merged.
     `duplicate`: it undoes a second copy the provider made of `parent` (a duplicate charge),
     not `parent` itself, which stays confirmed once it is done (`DUPLICATE_REFUND`).
 
@@ -86,7 +122,7 @@ def compensate(
         parent_id=parent.id,
         requested_by=RequestedBy.OPERATOR if operator else RequestedBy.AGENT,
     )
-    repeat = find_repeat(agent, intent)
+    repeat = None if operator else find_repeat(agent, intent)
     if repeat is not None:
         return repeat, False
     try:
@@ -102,11 +138,18 @@ def _compensating_tool(
     parent: Effect, tool: str | None, compensation_key: str | None, *, operator: bool
 ) -> str:
     """The tool the compensation names, after the checks on what was asked."""
+    if operator and compensation_key is not None:
+        raise ValueError("An operator's compensation key is derived, never given.")
     if compensation_key is not None and ":" in compensation_key:
         # `{parent}:comp:{key}` must stay one compensation's key, never another's decision's.
         raise ValidationFailed(
             "A compensation key is one segment.",
             {"compensation_key": "must not contain ':'"},
+        )
+    if compensation_key is not None and compensation_key.startswith(OPERATOR_KEY_PREFIX):
+        raise ValidationFailed(
+            "This compensation key is reserved for operators' compensations.",
+            {"compensation_key": f"must not start with {OPERATOR_KEY_PREFIX!r}"},
         )
     parent_policy = policy_for(parent.tool)
     tool_name = tool or parent_policy.compensated_by
@@ -138,9 +181,37 @@ def _record(
                 dependents=active,
             )
         policy = policy_for(intent.tool)
-        if not operator:
+        if operator:
+            intent = _operators_intent(agent, parent, intent)
+        else:
             _check_agents_count(parent, policy)
         return record_intent(agent, intent, policy, actor=actor)
+
+
+def _operators_intent(agent: Agent, parent: Effect, intent: Intent) -> Intent:
+    """`intent` under the key its ordinal gives (`OPERATOR_KEY_PREFIX`), once nothing stands in
+    its way. Runs with the parent locked, so two decisions at once are counted one after the
+    other: the second finds the first under way."""
+    pending = operator_compensation_under_way(parent)
+    if pending is not None:
+        raise CompensationUnderWay(
+            f"A compensation of this effect is under way ({pending.effect_key}, "
+            f"{pending.status}): another waits until it is confirmed, failed or cancelled.",
+            compensation=str(pending.id),
+            status=pending.status,
+        )
+    earlier = Effect.objects.filter(
+        parent=parent, kind=Kind.COMPENSATION, requested_by=RequestedBy.OPERATOR
+    ).count()
+    key = f"{parent.effect_key}:comp:{OPERATOR_KEY_PREFIX}{earlier + 1}"
+    taken = Effect.objects.filter(agent=agent, effect_key=key).values_list("id", flat=True)
+    if taken:
+        raise EffectKeyConflict(
+            f"The key of this compensation ({key}) is taken by another effect already: "
+            "nothing was recorded.",
+            effect_id=str(taken[0]),
+        )
+    return replace(intent, effect_key=key)
 
 
 def _check_agents_tool(parent: Effect, parent_policy: Policy, tool_name: str) -> None:

@@ -1,7 +1,12 @@
 """*Compensate*: undo a confirmed effect with a compensating effect of its own (its own id and
 key), sent by the ledger through the tool's adapter where it can, otherwise queued for a person
 (`manual_execution`). On a duplicate item it refunds the provider's second charge, and the
-effect itself stays confirmed."""
+effect itself stays confirmed.
+
+The compensation's key is `{effect key}:comp:decision-{n}`, n its ordinal among the effect's
+operator compensations (`ledger.effects.compensation.OPERATOR_KEY_PREFIX`): the same refund
+decided again on a database restored from before the first gets the same idempotency key. One
+at a time: while one is under way, another is refused, so a decision sent twice stays one."""
 
 from __future__ import annotations
 
@@ -11,12 +16,21 @@ from typing import Any
 
 from ledger import jsonenc
 from ledger.containment.reviewqueue import open_review
-from ledger.effects.compensation import active_dependents, compensate
-from ledger.effects.states import Status
+from ledger.effects.compensation import (
+    CompensationUnderWay,
+    active_dependents,
+    compensate,
+    operator_compensation_under_way,
+)
+from ledger.effects.states import Kind, Status
+from ledger.effects.transitions import Superseded
+from ledger.errors import Refused
 from ledger.models import Effect, Reason
 from ledger.policy.tools import policy_for
 from reconcilers.execution import can_execute, execute_after_commit
 from reviews.decisions.declaration import MISMATCH_REASONS, Action, Carried, Carrying, DecisionKind
+from reviews.decisions.evidence import Evidence
+from reviews.decisions.refusals import AlreadyDecided
 from reviews.decisions.whatnext import (
     LEDGER,
     PERSON,
@@ -93,24 +107,55 @@ def _once_confirmed(effect: Effect, facts: Facts) -> list[Line]:
 
 def _carry_out(c: Carrying) -> Carried:
     target, ask = c.target, c.ask
-    compensation, _ = compensate(
-        target.agent,
-        target,
-        tool=ask.compensation_tool or None,
-        request=ask.compensation_request,
-        reason=c.reason,
-        compensation_key=f"decision-{c.decision_id}",
-        actor=c.actor,
-        force=ask.force,
-        operator=True,
-        # Compensating on a duplicate item refunds the provider's second charge, not the first.
-        duplicate=c.open_item is not None and c.open_item.reason == Reason.DUPLICATE,
-    )
+    try:
+        compensation, _ = compensate(
+            target.agent,
+            target,
+            tool=ask.compensation_tool or None,
+            request=ask.compensation_request,
+            reason=c.reason,
+            compensation_key=None,  # derived from its ordinal, never random
+            actor=c.actor,
+            force=ask.force,
+            operator=True,
+            # On a duplicate item it refunds the provider's second charge, not the first.
+            duplicate=c.open_item is not None and c.open_item.reason == Reason.DUPLICATE,
+        )
+    except CompensationUnderWay:
+        # `_check` let it through: another decision committed meanwhile (`decide` names it).
+        raise Superseded(target.id) from None
     if can_execute(compensation.tool):
         execute_after_commit(compensation.id)
     else:
         open_review(compensation.id, Reason.MANUAL_EXECUTION)
     return Carried(target, follow_up=compensation)
+
+
+def _check(effect: Effect, evidence: Evidence, ground: str) -> Refused | None:
+    """Refused while an earlier compensation decided by an operator is under way: a second
+    click (or a second operator) would otherwise refund twice. It names who decided it."""
+    pending = operator_compensation_under_way(effect)
+    if pending is None:
+        return None
+    decided = (
+        Effect.objects.filter(
+            parent=effect, kind=Kind.DECISION, provenance__compensation=str(pending.id)
+        )
+        .values_list("provenance", "created_at")
+        .first()
+    )
+    provenance, when = decided if decided is not None else ({}, None)
+    by = str(provenance.get("actor", "")).removeprefix("operator:")
+    return AlreadyDecided(
+        f"Already decided by {by or 'an operator'} (compensate): its compensation "
+        f"{pending.effect_key} is {pending.status}; another waits until it is confirmed, "
+        "failed or cancelled.",
+        status=effect.status,
+        version=effect.version,
+        decided_by=by,
+        decided_at=when.isoformat() if when else None,
+        compensation=str(pending.id),
+    )
 
 
 def _initial(effect: Effect) -> dict[str, Any]:
@@ -140,5 +185,6 @@ COMPENSATE = DecisionKind(
     closes=MISMATCH_REASONS | {Reason.DUPLICATE},
     preview=_preview,
     carry_out=_carry_out,
+    check=_check,
     initial=_initial,
 )
