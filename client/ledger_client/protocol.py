@@ -163,13 +163,12 @@ def compensate(
     reason: str,
     compensation_key: str | None,
 ) -> Call:
-    # Without a key of the caller's, one is made here: the retries then repeat this
-    # compensation instead of recording a second one.
-    body: dict[str, Any] = {
-        "request": dict(request),
-        "reason": reason,
-        "compensation_key": compensation_key or uuid.uuid4().hex,
-    }
+    # Without a key of the caller's the ledger's default (`1`) holds: a fixed key, so that a
+    # retry, or the same compensation asked again after a restore, is the same compensation.
+    # A random key here would make each of those a second refund.
+    body: dict[str, Any] = {"request": dict(request), "reason": reason}
+    if compensation_key is not None:
+        body["compensation_key"] = compensation_key
     if tool is not None:
         body["tool"] = tool
     return Call("POST", f"/effects/{effect_id}/compensate", body)

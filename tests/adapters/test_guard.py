@@ -330,3 +330,18 @@ def test_parameters_a_framework_fills_in_are_left_out_of_the_request(stage, ledg
     assert calls == ["call-1"]
     [effect] = stage.effects()
     assert "call" not in effect.request
+
+
+def test_a_compensation_asked_twice_without_a_key_is_one_compensation(stage, ledger):
+    """The client sends no made-up key: the ledger's fixed default makes the repeat (a retry,
+    or the same refund asked again after a restore) the same compensation."""
+    pay = make_pay(stage, ledger, [])
+    with bind_step("thread-1", "call-1"):
+        charge = pay("acct_1", "3.00")
+    [parent] = stage.effects()
+    refund = {"charge": charge["id"], "amount": "3.00"}
+
+    first = ledger.compensate(str(parent.id), request=refund, reason="order cancelled")
+    again = ledger.compensate(str(parent.id), request=refund, reason="order cancelled")
+
+    assert again.id == first.id and first.effect_key.endswith(":comp:1")
