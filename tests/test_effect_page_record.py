@@ -214,8 +214,7 @@ def test_the_comparison_and_references_add_no_query_per_event(olga, make_effect)
             page_of(client, effect)
         return len(captured)
 
-    few = queries()
-    for i in range(20):
+    def late(i: int) -> None:
         record_event(
             effect.id,
             kind="late_outcome",
@@ -223,4 +222,11 @@ def test_the_comparison_and_references_add_no_query_per_event(olga, make_effect)
             reason="duplicate",
             data={"provider_ref": f"ch_{i + 2}", "recorded_ref": "ch_1", "record": RECORD},
         )
+
+    # The first late outcome may change which decisions the page offers (and so what it
+    # reads for them); from then on, more of them must cost nothing more.
+    late(0)
+    few = queries()
+    for i in range(1, 21):
+        late(i)
     assert queries() == few
