@@ -24,12 +24,17 @@ import os
 import sys
 import tempfile
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 from dbos import DBOS, DBOSConfig, SetWorkflowID
-from ledger_client import Ledger, current_effect
+from ledger_client import current_effect
 from ledger_client.adapters.dbos import ledger_step
+
+# The closing check every example shares (examples/ledger_counts.py, beside this directory).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ledger_counts import counts_agree
 
 
 @ledger_step(tool="charge_card", target="{account}")
@@ -67,17 +72,6 @@ def checkout(amount: str, account: str, email: str) -> dict[str, str]:
     return {"charge": charge["id"], "message": receipt["id"]}
 
 
-def at_provider(base_url: str, keys: set[str]) -> int:
-    """How many of the sandbox's transactions carry one of these idempotency keys."""
-    reply = httpx.get(f"{base_url}/_sandbox/transactions")
-    reply.raise_for_status()
-    return sum(
-        1
-        for t in reply.json()["data"]
-        if (t.get("idempotency_key") or t.get("received_idempotency_key")) in keys
-    )
-
-
 def run(workflow_id: str) -> tuple[dict[str, str], dict[str, str]]:
     """The workflow, then the same workflow id again once DBOS no longer knows it."""
     with SetWorkflowID(workflow_id):
@@ -88,26 +82,6 @@ def run(workflow_id: str) -> tuple[dict[str, str], dict[str, str]]:
         again = checkout("25.00", "acct_42", "customer@example.com")
     print(f"the same workflow again, DBOS's record of it deleted: {again}")
     return first, again
-
-
-def count(workflow_id: str) -> bool:
-    """Print the providers' counts against the ledger's; whether they agree."""
-    ledger = Ledger(
-        os.environ["EFFECT_LEDGER_URL"], os.environ["EFFECT_LEDGER_API_KEY"], owner="example"
-    )
-    with ledger:
-        effects = list(ledger.iter_journal(workflow_id))
-    ok = True
-    for tool, provider, noun in (
-        ("charge_card", os.environ["SANDBOX_PAYMENTS_URL"], "charges"),
-        ("send_email", os.environ["SANDBOX_MESSAGING_URL"], "messages"),
-    ):
-        mine = [e for e in effects if e.tool == tool]
-        confirmed = [e for e in mine if e.status == "confirmed"]
-        sent = at_provider(provider, {e.idempotency_key for e in mine})
-        print(f"{noun} at the provider: {sent} · effects in the ledger: {len(confirmed)}")
-        ok = ok and sent == len(confirmed) == len(mine) == 1
-    return ok
 
 
 def main() -> int:
@@ -125,7 +99,7 @@ def main() -> int:
             first, again = run(workflow_id)
         finally:
             DBOS.destroy()
-    ok = count(workflow_id) and first == again
+    ok = counts_agree(workflow_id) and first == again
     print(json.dumps({"workflow": workflow_id, "ok": ok}))
     return 0 if ok else 1
 

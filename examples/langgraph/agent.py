@@ -32,8 +32,12 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
-from ledger_client import Ledger, current_effect, guarded
+from ledger_client import current_effect, guarded
 from ledger_client.adapters.langgraph import LedgerMiddleware
+
+# The closing check every example shares (examples/ledger_counts.py, beside this directory).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ledger_counts import counts_agree
 
 
 class ScriptedModel(BaseChatModel):
@@ -98,17 +102,6 @@ def send_email(to: str, subject: str, body: str) -> dict[str, Any]:
     return message
 
 
-def at_provider(base_url: str, keys: set[str]) -> int:
-    """How many of the provider's transactions carry one of this run's idempotency keys."""
-    reply = httpx.get(f"{base_url}/_sandbox/transactions")
-    reply.raise_for_status()
-    return sum(
-        1
-        for t in reply.json()["data"]
-        if (t.get("idempotency_key") or t.get("received_idempotency_key")) in keys
-    )
-
-
 def run(checkpoints: Path, thread: str) -> None:
     config: dict[str, Any] = {"configurable": {"thread_id": thread}}
     with SqliteSaver.from_conn_string(str(checkpoints)) as saver:
@@ -143,20 +136,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         run(Path(scratch) / "checkpoints.sqlite", thread)
 
-    ledger = Ledger(
-        os.environ["EFFECT_LEDGER_URL"], os.environ["EFFECT_LEDGER_API_KEY"], owner="example"
-    )
-    effects = list(ledger.iter_journal(thread))
-    ok = True
-    for tool_name, provider, noun in (
-        ("charge_card", os.environ["SANDBOX_PAYMENTS_URL"], "charges"),
-        ("send_email", os.environ["SANDBOX_MESSAGING_URL"], "messages"),
-    ):
-        mine = [e for e in effects if e.tool == tool_name]
-        confirmed = [e for e in mine if e.status == "confirmed"]
-        sent = at_provider(provider, {e.idempotency_key for e in mine})
-        print(f"{noun} at the provider: {sent} · effects in the ledger: {len(confirmed)}")
-        ok = ok and sent == len(confirmed) == len(mine) == 1
+    ok = counts_agree(thread)
     print(json.dumps({"thread": thread, "ok": ok}))
     return 0 if ok else 1
 

@@ -26,10 +26,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
-from ledger_client import Ledger
 from ledger_client.adapters.mcp import (
     META_CALL_ID,
     META_REPLAYED,
@@ -37,6 +35,10 @@ from ledger_client.adapters.mcp import (
     ToolRoute,
     guarded_proxy,
 )
+
+# The closing check every example shares (examples/ledger_counts.py, beside this directory).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ledger_counts import counts_agree
 
 HERE = Path(__file__).resolve().parent
 # The tool declarations the ledger was given (`manage.py loadtools tools.toml`).
@@ -73,32 +75,13 @@ async def shop(run_id: str) -> list[Any]:
     return results
 
 
-def at_provider(base_url: str, keys: set[str]) -> int:
-    """How many of the provider's transactions carry one of this run's idempotency keys."""
-    reply = httpx.get(f"{base_url}/_sandbox/transactions", trust_env=False)
-    reply.raise_for_status()
-    return sum(1 for t in reply.json()["data"] if t.get("received_idempotency_key") in keys)
-
-
 def main() -> int:
     run_id = f"example-mcp-{uuid.uuid4().hex[:12]}"
     results = asyncio.run(shop(run_id))
     replays = [bool((r.meta or {}).get(META_REPLAYED)) for r in results]
     ok = replays == [False, False, True, True]
 
-    ledger = Ledger(
-        os.environ["EFFECT_LEDGER_URL"], os.environ["EFFECT_LEDGER_API_KEY"], owner="example"
-    )
-    effects = list(ledger.iter_journal(run_id))
-    for tool, provider, noun in (
-        ("charge_card", os.environ["SANDBOX_PAYMENTS_URL"], "charges"),
-        ("send_email", os.environ["SANDBOX_MESSAGING_URL"], "messages"),
-    ):
-        mine = [e for e in effects if e.tool == tool]
-        confirmed = [e for e in mine if e.status == "confirmed"]
-        done = at_provider(provider, {e.idempotency_key for e in mine})
-        print(f"{noun} at the provider: {done} · effects in the ledger: {len(confirmed)}")
-        ok = ok and done == len(confirmed) == len(mine) == 1
+    ok = ok and counts_agree(run_id)
     print(json.dumps({"run_id": run_id, "ok": ok}))
     return 0 if ok else 1
 

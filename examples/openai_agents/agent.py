@@ -21,6 +21,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,13 +36,17 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.items import TResponseInputItem, TResponseStreamEvent
-from ledger_client import Ledger, current_effect, guarded
+from ledger_client import current_effect, guarded
 from ledger_client.adapters.openai_agents import ledger_run, ledger_run_config, ledger_tool
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
 )
+
+# The closing check every example shares (examples/ledger_counts.py, beside this directory).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ledger_counts import counts_agree
 
 set_tracing_disabled(True)
 
@@ -157,13 +162,6 @@ agent = Agent(
 )
 
 
-def at_provider(base_url: str, keys: set[str]) -> int:
-    """How many of the provider's transactions carry one of this run's idempotency keys."""
-    reply = httpx.get(f"{base_url}/_sandbox/transactions")
-    reply.raise_for_status()
-    return sum(1 for t in reply.json()["data"] if t.get("received_idempotency_key") in keys)
-
-
 def main() -> int:
     run_id = f"example-openai-agents-{uuid.uuid4().hex[:12]}"
     config = ledger_run_config(RunConfig(tracing_disabled=True))
@@ -174,20 +172,7 @@ def main() -> int:
         again = Runner.run_sync(agent, "Charge the customer.", run_config=config)
         print(f"done again: {again.final_output}")
 
-    ledger = Ledger(
-        os.environ["EFFECT_LEDGER_URL"], os.environ["EFFECT_LEDGER_API_KEY"], owner="example"
-    )
-    effects = list(ledger.iter_journal(run_id))
-    ok = True
-    for tool, provider, noun in (
-        ("charge_card", os.environ["SANDBOX_PAYMENTS_URL"], "charges"),
-        ("send_email", os.environ["SANDBOX_MESSAGING_URL"], "messages"),
-    ):
-        mine = [e for e in effects if e.tool == tool]
-        confirmed = [e for e in mine if e.status == "confirmed"]
-        sent = at_provider(provider, {e.idempotency_key for e in mine})
-        print(f"{noun} at the provider: {sent} · effects in the ledger: {len(confirmed)}")
-        ok = ok and sent == len(confirmed) == len(mine) == 1
+    ok = counts_agree(run_id)
     print(json.dumps({"run_id": run_id, "ok": ok}))
     return 0 if ok else 1
 

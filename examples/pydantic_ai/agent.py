@@ -18,10 +18,11 @@ import json
 import os
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
-from ledger_client import Ledger, current_effect, guarded
+from ledger_client import current_effect, guarded
 from ledger_client.adapters.pydantic_ai import LedgerCapability
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -33,6 +34,10 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+# The closing check every example shares (examples/ledger_counts.py, beside this directory).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ledger_counts import counts_agree
 
 
 def scripted_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -105,13 +110,6 @@ async def send_email(to: str, subject: str, body: str) -> dict[str, Any]:
     return message
 
 
-def at_provider(base_url: str, keys: set[str]) -> int:
-    """How many of the provider's transactions carry one of this run's idempotency keys."""
-    reply = httpx.get(f"{base_url}/_sandbox/transactions")
-    reply.raise_for_status()
-    return sum(1 for t in reply.json()["data"] if t.get("received_idempotency_key") in keys)
-
-
 def main() -> int:
     conversation = f"example-pydantic-ai-{uuid.uuid4().hex[:12]}"
     result = agent.run_sync(
@@ -124,20 +122,7 @@ def main() -> int:
     again = agent.run_sync(message_history=first_call)
     print(f"resumed from the first call: {again.output}")
 
-    ledger = Ledger(
-        os.environ["EFFECT_LEDGER_URL"], os.environ["EFFECT_LEDGER_API_KEY"], owner="example"
-    )
-    effects = list(ledger.iter_journal(conversation))
-    ok = True
-    for tool, provider, noun in (
-        ("charge_card", os.environ["SANDBOX_PAYMENTS_URL"], "charges"),
-        ("send_email", os.environ["SANDBOX_MESSAGING_URL"], "messages"),
-    ):
-        mine = [e for e in effects if e.tool == tool]
-        confirmed = [e for e in mine if e.status == "confirmed"]
-        sent = at_provider(provider, {e.idempotency_key for e in mine})
-        print(f"{noun} at the provider: {sent} · effects in the ledger: {len(confirmed)}")
-        ok = ok and sent == len(confirmed) == len(mine) == 1
+    ok = counts_agree(conversation)
     print(json.dumps({"conversation": conversation, "ok": ok}))
     return 0 if ok else 1
 
