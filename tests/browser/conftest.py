@@ -179,8 +179,10 @@ def signed_in(open_page) -> Callable[..., Page]:
 
 
 def nav(page: Page, name: str) -> None:
-    """Follow a link of the main navigation."""
+    """Follow a link of the main navigation, and wait until the new page's deferred scripts have
+    run (htmx binds its triggers on DOMContentLoaded; a change made before then is not sent)."""
     page.get_by_role("navigation", name="Main").get_by_role("link", name=name).click()
+    page.wait_for_load_state("load")
 
 
 def path_of(page: Page) -> str:
