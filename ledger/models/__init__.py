@@ -1,9 +1,20 @@
-"""The ledger's models, by what they hold: `config` (agents, keys, tools), `effects` (the ledger
-and its events), `audit` (seals, exports), `review` (items that need a person) and
+"""The ledger's models, by what they hold: `config` (agents, keys, tools, teams), `effects` (the
+ledger and its events), `audit` (seals, exports), `review` (items that need a person) and
 `containment` (alerts, halts, limit counters). Import them from here."""
 
 from ledger.models.audit import AuditExport, EventSeal
-from ledger.models.config import CONFIG_VERSION_SEQUENCE, Agent, ApiKey, ConfigVersion, Mode, Tool
+from ledger.models.config import (
+    CONFIG_VERSION_SEQUENCE,
+    Agent,
+    AllTeamsGrant,
+    ApiKey,
+    ConfigVersion,
+    MembershipSource,
+    Mode,
+    Team,
+    TeamMembership,
+    Tool,
+)
 from ledger.models.containment import (
     Alert,
     AlertKind,
@@ -39,6 +50,7 @@ __all__ = [
     "Agent",
     "Alert",
     "AlertKind",
+    "AllTeamsGrant",
     "AmountCharge",
     "ApiKey",
     "AuditExport",
@@ -55,6 +67,7 @@ __all__ = [
     "LimitCounter",
     "LineStatus",
     "LineType",
+    "MembershipSource",
     "Mode",
     "Reason",
     "RequestedBy",
@@ -64,6 +77,8 @@ __all__ = [
     "Severity",
     "StatementImport",
     "StatementLine",
+    "Team",
+    "TeamMembership",
     "Tool",
     "WebhookDelivery",
 ]

@@ -1,9 +1,11 @@
-"""Who may call and what tools may do: agents, their keys, tools, and the configuration
-version that tells every process when any of them changed."""
+"""Who may call and what tools may do: agents, their keys, tools, the teams that own agents and
+tools (and the people in them), and the configuration version that tells every process when any
+of them changed."""
 
 from __future__ import annotations
 
 import pgtrigger
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -58,6 +60,78 @@ class Mode(models.TextChoices):
     LIVE = "live", "live"
 
 
+class Team(models.Model):
+    """A group of people who own some agents and tools: they see and decide only what those
+    produced (`ledger.policy.teams`, ADR 0014). Its alert channels, when set, take the alerts
+    about what it owns instead of the global ones (`reviews.alerts.routing`)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=100, unique=True)
+    # Where this team's alerts go; all blank: the global channels (LEDGER_ALERT_*).
+    alert_webhook_url = models.URLField(max_length=500, blank=True, db_default="")
+    alert_slack_url = models.URLField(max_length=500, blank=True, db_default="")
+    alert_email = models.EmailField(max_length=254, blank=True, db_default="")
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="TeamMembership", related_name="ledger_teams", blank=True
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def has_channels(self) -> bool:
+        return bool(self.alert_webhook_url or self.alert_slack_url or self.alert_email)
+
+
+class MembershipSource(models.TextChoices):
+    """Where a membership came from: the identity provider's claim is rewritten at each sign-in,
+    what an admin set by hand is kept until an admin removes it."""
+
+    CLAIM = "claim", "identity provider claim"
+    ADMIN = "admin", "set by an admin"
+
+
+class TeamMembership(models.Model):
+    """A person in a team, once per source: the same team may come from both."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    source = models.CharField(
+        max_length=5, choices=MembershipSource.choices, default=MembershipSource.ADMIN
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "team", "source"], name="teammembership_once_per_source"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.source})"
+
+
+class AllTeamsGrant(models.Model):
+    """The "all teams" grant: its holder (an auditor, say) sees every team's effects. A row of
+    its own rather than a group, so that mapping roles from a claim never drops it by accident;
+    admins see everything without one."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="all_teams_grant"
+    )
+    granted_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"{self.user} sees all teams"
+
+
 class Agent(models.Model):
     """A machine client. Effects are recorded under the agent whose key made the call."""
 
@@ -73,6 +147,11 @@ class Agent(models.Model):
     # "500.00"}.
     limit_claims_per_minute = models.PositiveIntegerField(null=True, blank=True)
     limit_amount_per_day = models.JSONField(default=dict, db_default={}, blank=True)
+    # The team that owns this agent's effects unless their tool has a team (ADR 0014). NULL:
+    # no team; its effects are seen by every reader, as before teams.
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="agents"
+    )
 
     class Meta:
         triggers = [
@@ -220,6 +299,11 @@ class Tool(models.Model):
     )
     # A duplicate found at the provider halts the tool (`ledger.containment.halts`).
     halt_on_duplicate = models.BooleanField(default=False, db_default=False)
+    # The team that owns this tool's effects, statements, incidents, halts and limits (ADR
+    # 0014). NULL: no team; its halts and limits are the admins' alone.
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="tools"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
