@@ -20,6 +20,25 @@ def child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)
 
 
+def post_worker_init(worker: Any) -> None:
+    """Each worker, once the application is loaded, compares the database with the witness
+    (`ledger.restore`) before it serves: a database that went back in time puts the ledger in
+    restore mode before any agent is answered from it. A failure here is logged, not fatal:
+    the sweep runs the same check every minute."""
+    import logging
+
+    from django.db import connection
+
+    try:
+        from ledger.restore.mode import check_witness
+
+        check_witness()
+    except Exception:
+        logging.getLogger("ledger.restore").exception("the start-up witness check failed")
+    finally:
+        connection.close()
+
+
 # gunicorn's own lines (booting, worker timeouts) in the same JSON shape as the application's
 # (ledger.observability.jsonlog), unless LOG_FORMAT=plain. Card scrubbing may read
 # settings.LEDGER_KEYS.

@@ -108,6 +108,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "reviews.views.context.roles",
                 "reviews.views.context.halts",
+                "reviews.restore_banner.restore",
             ],
         },
     },
@@ -275,6 +276,10 @@ LEDGER_SEAL_GRACE = env_duration("LEDGER_SEAL_GRACE", "5m")
 LEDGER_CHAIN_HEAD_FILE = env_str(
     "LEDGER_CHAIN_HEAD_FILE", str(BASE_DIR / "var" / "chain-heads.jsonl")
 )
+# The witness (`ledger.restore.witness`): a file on other storage than the database, rewritten
+# every minute, that lets the ledger notice its database went back in time (a restore, a
+# failover that lost commits). Empty: no witness, and restore mode only by hand.
+LEDGER_WITNESS_PATH = env_str("LEDGER_WITNESS_PATH", "")
 
 # --- Alerts (reviews.alerts, ledger.containment.outbox) --------------------------------------
 # How long a review item may stay open before it is overdue (tools may set resolve_within);

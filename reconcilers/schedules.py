@@ -89,6 +89,12 @@ SCHEDULES = {
         "func": "reviews.alerts.sender.send_due",
         "minutes": 1,
     },
+    # The witness outside the database (ledger.restore): compared, then rewritten; a database
+    # found behind it enters restore mode, which ends once what it put in doubt is settled.
+    "restore-witness": {
+        "func": "ledger.restore.mode.watch",
+        "minutes": 1,
+    },
     "seal-events": {
         "func": "ledger.audit.seal.seal_all",
         "minutes": 1,

@@ -8,7 +8,12 @@ from django.test import Client
 def test_health_reports_database_and_redis_without_a_key(db):
     response = Client().get("/api/v1/health")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+    assert response.json() == {
+        "status": "ok",
+        "database": "ok",
+        "redis": "ok",
+        "restore_mode": False,
+    }
 
 
 def test_health_is_503_when_redis_cannot_be_reached(db, settings):

@@ -72,6 +72,7 @@ from ledger.observability import logcontext
 from ledger.observability.readiness import database_ok, redis_ok
 from ledger.policy.agentkeys import agent_for_key
 from ledger.policy.tools import Policy, policy_for
+from ledger.restore import mode as restore
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.api")
@@ -587,4 +588,9 @@ def health(request: HttpRequest) -> Reply:
     }
     if status != 200:
         body.update(error="unavailable", detail="A backing service is not reachable.")
+    else:
+        window = restore.current()
+        body.update(restore_mode=window is not None)
+        if window is not None:
+            body.update(restore_lost_since=window.lost_since)
     return Reply(status, body)

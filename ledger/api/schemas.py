@@ -232,3 +232,7 @@ class HealthOut(Schema):
     redis: str
     error: str | None = None
     detail: str | None = None
+    # Restore mode (the database went back in time): the ledger serves, but puts in doubt
+    # what may have been lost; `restore_lost_since` is when the lost window began.
+    restore_mode: bool = False
+    restore_lost_since: datetime | None = None

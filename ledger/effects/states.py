@@ -38,6 +38,7 @@ TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     {
         (P, D),  # an owner claims it; `attempt` increments here and only here
         (P, K),  # the agent or an operator cancels it, or its upstream ended badly
+        (P, U),  # restore mode: its claim may be among what the database lost
         (D, C),  # the lease holder reports an outcome ...
         (D, F),
         (D, U),
@@ -52,6 +53,7 @@ TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
         (C, X),  # its compensation effect was confirmed
         (W, P),  # a second operator approves it (four-eyes) ...
         (W, K),  # ... or rejects it; or its upstream ended badly
+        (W, U),  # restore mode: its approval, and what followed, may have been lost
     }
 )
 

@@ -33,6 +33,7 @@ from ledger.models.effects import (
     Run,
     WebhookDelivery,
 )
+from ledger.models.restore import RestoreSource, RestoreWindow
 from ledger.models.review import MACHINE_CLOSES, SEVERITY, Reason, ReviewItem, Severity
 from ledger.models.statements import (
     Incident,
@@ -71,6 +72,8 @@ __all__ = [
     "Mode",
     "Reason",
     "RequestedBy",
+    "RestoreSource",
+    "RestoreWindow",
     "RetryProposal",
     "ReviewItem",
     "Run",

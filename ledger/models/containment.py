@@ -22,6 +22,8 @@ class AlertKind(models.TextChoices):
     INCIDENT_OPENED = "incident_opened", "Incident opened"
     # An agent's callback (ledger.api.notifications): posted to the effect's callback_url only.
     CALLBACK = "callback", "Effect status changed (agent callback)"
+    # The ledger entered restore mode (`ledger.restore`): its database went back in time.
+    RESTORE = "restore", "Restore mode entered"
 
 
 class Alert(models.Model):

@@ -31,6 +31,8 @@ class Reason(models.TextChoices):
     STATEMENT_CONTRADICTS = "statement_contradicts_record", "The provider's record contradicts ours"
     # A revised statement no longer lists a line an earlier import applied.
     STATEMENT_LINE_REMOVED = "statement_line_removed", "Line removed by a statement revision"
+    # Restore mode (`ledger.restore`): the effect may have moved in the window the database lost.
+    RESTORED_GAP = "restored_gap", "May have moved in a lost window (restore)"
 
 
 class Severity(models.IntegerChoices):
@@ -48,6 +50,7 @@ SEVERITY = {
     Reason.MISMATCH: Severity.HIGH,
     Reason.AMOUNT_MISMATCH: Severity.HIGH,
     Reason.COMPENSATION_FAILED: Severity.HIGH,
+    Reason.RESTORED_GAP: Severity.HIGH,
 }
 # What a machine closes when it settles the effect itself (a lookup, a webhook, a statement):
 # items that asked a person what happened. Not those that ask for a judgement the settling
@@ -60,6 +63,7 @@ MACHINE_CLOSES = frozenset(
         Reason.STALE,
         Reason.NOT_FOUND_UNPROVEN,
         Reason.COMPENSATION_UNKNOWN,
+        Reason.RESTORED_GAP,
     }
 )
 

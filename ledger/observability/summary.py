@@ -36,7 +36,17 @@ from prometheus_client.registry import Collector
 
 from ledger.effects.interlocks import blocked_branches
 from ledger.effects.states import INCOMPLETE, sql_list
-from ledger.models import Agent, Alert, Effect, EffectEvent, EventSeal, ReviewItem, Tool
+from ledger.models import (
+    Agent,
+    Alert,
+    Effect,
+    EffectEvent,
+    EventSeal,
+    Reason,
+    RestoreWindow,
+    ReviewItem,
+    Tool,
+)
 from ledger.models.review import DUE_SOON
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
@@ -96,6 +106,11 @@ class Summary:
     seal_lag_seconds: float = 0.0
     check_lag_seconds: float = 0.0
     checks_due: int = 0
+    # Restore mode (ledger.restore): on or off, for how long, and the effects it put in doubt
+    # that nobody has settled yet.
+    restore_on: bool = False
+    restore_seconds: float = 0.0
+    restore_unchecked: int = 0
     # Agent's mode (None for an item that has no copy of its agent) → open items per age bucket
     # of REVIEW_AGE_HOURS.
     review_ages: dict[str | None, tuple[int, ...]] = field(default_factory=dict)
@@ -166,7 +181,21 @@ def read_summary() -> Summary:
     if halts is not None:
         summary.halts_active = {scope: n for scope, (n, _) in halts.items()}
         summary.halts_oldest_seconds = {scope: age for scope, (_, age) in halts.items()}
+    _read_restore(summary)
     return summary
+
+
+def _read_restore(summary: Summary) -> None:
+    """The open restore window, if any (one_open_restore_window), and its open review items."""
+    rows = _rows(
+        f"SELECT EXTRACT(EPOCH FROM now() - w.started_at), (SELECT count(*) FROM {_REVIEWS} r "
+        f"WHERE r.reason = '{Reason.RESTORED_GAP.value}' AND r.resolved_at IS NULL) "
+        f"FROM {RestoreWindow._meta.db_table} w "
+        f"WHERE w.ended_at IS NULL"
+    )
+    if rows:
+        summary.restore_on = True
+        summary.restore_seconds, summary.restore_unchecked = float(rows[0][0]), rows[0][1]
 
 
 def _read_alerts(summary: Summary) -> None:
@@ -431,6 +460,21 @@ def _background_gauges(s: Summary) -> Iterator[GaugeMetricFamily]:
         "ledger_check_lag_seconds",
         "How long the most overdue reconciliation check has waited past its due time.",
         value=s.check_lag_seconds,
+    )
+    yield GaugeMetricFamily(
+        "ledger_restore_mode",
+        "1 while the ledger is in restore mode (its database went back in time), else 0.",
+        value=int(s.restore_on),
+    )
+    yield GaugeMetricFamily(
+        "ledger_restore_mode_seconds",
+        "How long restore mode has been on (0 when off).",
+        value=s.restore_seconds,
+    )
+    yield GaugeMetricFamily(
+        "ledger_restore_unchecked_effects",
+        "Effects restore mode put in doubt that nobody has settled yet.",
+        value=s.restore_unchecked,
     )
     yield GaugeMetricFamily(
         "ledger_seal_pending_events",
