@@ -43,6 +43,7 @@ from django.http import QueryDict
 from ledger.audit.redaction import scrub_cards
 from ledger.effects.states import Kind, Status
 from ledger.models import AuditExport, Effect, EffectEvent
+from ledger.policy.teams import effects_q
 
 DATASETS = ("effects", "events", "decisions")
 CONTENT_TYPES = {
@@ -251,11 +252,23 @@ class ExportFilter(django_filters.FilterSet):
     class Meta:
         form = ExportForm
 
-    def __init__(self, data: QueryDict | dict[str, str] | None, *, dataset: str) -> None:
+    def __init__(
+        self,
+        data: QueryDict | dict[str, str] | None,
+        *,
+        dataset: str,
+        teams: frozenset[int] | None = None,
+    ) -> None:
+        """`teams`: the ids of the teams whose rows a scoped person may export (with the rows
+        of no team, `ledger.policy.teams`); None for everything."""
         if dataset not in DATASETS:
             raise ValueError(f"unknown dataset {dataset!r}")
         self.dataset = dataset
-        super().__init__(data, queryset=_rows_of(dataset))
+        self.teams = teams
+        rows = _rows_of(dataset)
+        if teams is not None:
+            rows = rows.filter(effects_q(teams, _THROUGH[dataset]))
+        super().__init__(data, queryset=rows)
 
     def on_effect(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.filter(**{_THROUGH[self.dataset] + _EFFECT_PATHS[name]: value})
@@ -263,13 +276,17 @@ class ExportFilter(django_filters.FilterSet):
     def applied(self) -> dict[str, str]:
         """The filter's values that narrow the export, as text (for the export's record). A
         card number someone typed into a filter is tokenized like any other stored text."""
-        return {
+        applied = {
             name: value.isoformat()
             if isinstance(value, datetime.datetime)
             else scrub_cards(str(value))
             for name, value in self.form.cleaned_data.items()
             if value not in (None, "")
         }
+        if self.teams is not None:
+            # The export was narrowed to these teams (ADR 0014): its record says so.
+            applied["teams"] = ",".join(str(t) for t in sorted(self.teams)) or "none"
+        return applied
 
 
 # --- The statement ---------------------------------------------------------------------------
@@ -352,5 +369,7 @@ def filename(export: AuditExport) -> str:
     return f"ledger-{export.dataset}-{day}-{export.pk}.{export.format}"
 
 
-def recent(limit: int = 20) -> QuerySet[AuditExport]:
-    return AuditExport.objects.order_by("-started_at", "-id")[:limit]
+def recent(limit: int = 20, user: AbstractBaseUser | None = None) -> QuerySet[AuditExport]:
+    """The latest exports; with `user`, only theirs."""
+    made = AuditExport.objects.all() if user is None else AuditExport.objects.filter(user=user)
+    return made.order_by("-started_at", "-id")[:limit]

@@ -86,6 +86,25 @@ class Team(models.Model):
     def has_channels(self) -> bool:
         return bool(self.alert_webhook_url or self.alert_slack_url or self.alert_email)
 
+    def clean(self) -> None:
+        """The rules of the global channels (config/settings.py): an http(s) URL, and a JSON
+        webhook only while the ledger signs its alerts (LEDGER_ALERT_WEBHOOK_SECRET, 16+
+        characters), since its receiver checks the signature. A Slack URL is its own secret."""
+        from django.core.exceptions import ValidationError
+
+        errors = {}
+        for name in ("alert_webhook_url", "alert_slack_url"):
+            url = getattr(self, name)
+            if url and not url.startswith(("https://", "http://")):
+                errors[name] = "Give an http(s) URL."
+        if self.alert_webhook_url and len(settings.LEDGER_ALERT_WEBHOOK_SECRET) < 16:
+            errors.setdefault(
+                "alert_webhook_url",
+                "A JSON webhook needs LEDGER_ALERT_WEBHOOK_SECRET (16+ characters) to be signed.",
+            )
+        if errors:
+            raise ValidationError(errors)
+
 
 class MembershipSource(models.TextChoices):
     """Where a membership came from: the identity provider's claim is rewritten at each sign-in,

@@ -89,12 +89,12 @@ def slack_text(alert: Leased) -> str:
     return "\n".join(lines)
 
 
-def send_email(alert: Leased) -> None:
+def send_email(alert: Leased, to: list[str] | None = None) -> None:
     message = EmailMessage(
         subject=subject(alert),
         body=text(alert),
         from_email=settings.LEDGER_ALERT_FROM,
-        to=settings.LEDGER_ALERT_EMAILS,
+        to=settings.LEDGER_ALERT_EMAILS if to is None else to,
         headers={"Message-ID": message_id(alert)},
     )
     try:
@@ -103,8 +103,8 @@ def send_email(alert: Leased) -> None:
         raise DeliveryFailed(f"email: {exc}") from exc
 
 
-def webhook_body(alert: Leased) -> bytes:
-    if settings.LEDGER_ALERT_WEBHOOK_FORMAT == "slack":
+def webhook_body(alert: Leased, fmt: str | None = None) -> bytes:
+    if (fmt or settings.LEDGER_ALERT_WEBHOOK_FORMAT) == "slack":
         document: dict[str, Any] = {"text": slack_text(alert)}
     else:
         document = {
@@ -118,16 +118,18 @@ def webhook_body(alert: Leased) -> bytes:
     return json.dumps(document, cls=ExactJSONEncoder, sort_keys=True).encode()
 
 
-def send_webhook(alert: Leased) -> None:
+def send_webhook(alert: Leased, url: str | None = None, fmt: str | None = None) -> None:
     """POST the alert, signed like the providers' callbacks we accept (ledger.api.webhooks):
-    `X-Ledger-Signature: t=<unix seconds>,v1=<HMAC-SHA256 of "<t>." + body>`."""
-    body = webhook_body(alert)
+    `X-Ledger-Signature: t=<unix seconds>,v1=<HMAC-SHA256 of "<t>." + body>`. A team's
+    channel (`reviews.alerts.routing`) gives its own URL and format; the key and the signature
+    are the same."""
+    body = webhook_body(alert, fmt)
     headers = {"Content-Type": "application/json", "Idempotency-Key": str(alert.id)}
     if secret := settings.LEDGER_ALERT_WEBHOOK_SECRET:
         headers["X-Ledger-Signature"] = sign(secret, int(time.time()), body)
     try:
         response = httpx.post(
-            settings.LEDGER_ALERT_WEBHOOK_URL,
+            url or settings.LEDGER_ALERT_WEBHOOK_URL,
             content=body,
             headers=headers,
             timeout=WEBHOOK_TIMEOUT,

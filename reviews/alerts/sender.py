@@ -6,7 +6,9 @@ yet, outside any transaction, and records the result. Whatever fails is retried 
 so each alert reaches each channel at least once. A failure is always the failure of one alert
 (and one channel): any exception while delivering a row, whatever its type, is recorded as a
 failed attempt of that row and the sender goes on to the next, so no row an agent could shape (a
-callback URL, a run id in a subject) can stop the alerts behind it. Halts and limit breaches
+callback URL, a run id in a subject) can stop the alerts behind it. An alert about
+something a team owns goes to that team's channels when it has any (`reviews.alerts.routing`):
+a bad team channel is that alert's failure only. Halts and limit breaches
 enqueue through `ledger.containment.outbox.notify`, the review items' alerts through
 `reviews.alerts.due`; agents' callbacks are enqueued by the status-change trigger
 (`ledger.api.notifications`) and go only to the effect's own callback_url
@@ -24,7 +26,8 @@ from ledger.containment.outbox import Leased, back_off, finish, lease
 from ledger.containment.plaintext import one_line
 from ledger.models import AlertKind
 from reviews.alerts.callbacks import CallbackFailed, send_callback
-from reviews.alerts.channels import DeliveryFailed, channels, subject
+from reviews.alerts.channels import DeliveryFailed, subject
+from reviews.alerts.routing import channels_for
 
 # The module's name before it moved into reviews/alerts/: log pipelines filter on it.
 log = logging.getLogger("reviews.alerts")
@@ -52,7 +55,9 @@ def process_one(alert: Leased) -> bool:
         raise ValueError(alert.problem)
     if alert.kind == AlertKind.CALLBACK:
         return _process_callback(alert)
-    configured = channels()
+    # The team's own channels when the alert is about something of a team that has them, the
+    # global ones otherwise (`reviews.alerts.routing`, ADR 0014).
+    configured = channels_for(alert)
     if not configured:
         # Nobody configured a channel: the log is the channel, and the alert is not kept
         # pending for ever (the README's configuration table says how to route alerts).

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from ledger.containment.iso4217 import major_units
 from ledger.models import Effect, ReviewItem
+from reviews.access.teams import visible_effects
 from reviews.decisions.suggest import suggest_for_rows
 from reviews.templatetags.times import FORMAT
 
@@ -217,11 +218,16 @@ def search(items: QuerySet[ReviewItem], text: str) -> QuerySet[ReviewItem]:
     return items.filter(effect__in=found)
 
 
-def unlisted(items: QuerySet[ReviewItem], text: str, limit: int = 10) -> list[Effect]:
+def unlisted(
+    items: QuerySet[ReviewItem], text: str, user: Any = None, limit: int = 10
+) -> list[Effect]:
     """Effects the search names whose items `items` (the queue's filtered set) does not hold:
-    no review item at all, or one the state filter leaves out. The page links them."""
+    no review item at all, or one the state filter leaves out. The page links them; only
+    effects `user` may see (their teams', ADR 0014)."""
     listed = items.order_by().values("effect_id")
     found = search_effects(text).exclude(pk__in=listed).only("id", "effect_key", "status")
+    if user is not None:
+        found = visible_effects(user, found)
     return list(found.order_by("created_at")[:limit])
 
 

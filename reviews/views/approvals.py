@@ -22,6 +22,7 @@ from ledger.containment.iso4217 import major_units
 from ledger.effects.states import Status
 from ledger.models import Effect, EffectEvent, EventKind, RetryProposal
 from reviews.access.checks import reader
+from reviews.access.teams import visible_effects
 
 # More than this many waiting is an incident of its own; the page says how many it leaves out.
 SHOWN = 200
@@ -98,8 +99,9 @@ def _proposed(proposal: RetryProposal) -> Waiting:
 @require_GET
 @reader
 def approvals(request: HttpRequest) -> HttpResponse:
-    held = list(pending_effects()[: SHOWN + 1])
-    proposed = list(pending_proposals()[: SHOWN + 1])
+    # Only the teams' effects the person sees (ADR 0014).
+    held = list(visible_effects(request.user, pending_effects())[: SHOWN + 1])
+    proposed = list(visible_effects(request.user, pending_proposals(), "effect__")[: SHOWN + 1])
     waiting = [_held(e) for e in held[:SHOWN]] + [_proposed(p) for p in proposed[:SHOWN]]
     context = {
         "waiting": sorted(waiting, key=lambda w: w.asked_at),

@@ -11,13 +11,14 @@ import contextlib
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import ReviewItem
 from reviews.access.checks import actor, reader
+from reviews.access.teams import scoped, visible_items
 from reviews.decisions.kinds import kind_of
 from reviews.models import BulkJob, SavedFilter
 from reviews.queue.bulk import ASSIGN, INLINE_LIMIT, Request, apply, problems, start_job
@@ -38,7 +39,7 @@ def _selected(request: HttpRequest) -> list[int]:
     if request.POST.get("scope") == "all":
         filters = QueueFilter(
             QueryDict(request.POST.get("query", "")),
-            queryset=ReviewItem.objects.all(),
+            queryset=visible_items(request.user),
             user=request.user,
         )
         if not filters.is_valid():
@@ -50,6 +51,12 @@ def _selected(request: HttpRequest) -> list[int]:
         raise BadChoice("Items are named by their numbers.") from None
     if len(ids) > COUNT_CAP:
         raise BadChoice(f"At most {COUNT_CAP} items at once.")
+    # Naming an item of another team's effect is a 404, as naming a missing one would be if
+    # the existence of either could be told apart (ADR 0014).
+    if scoped(request.user):
+        seen = set(visible_items(request.user).filter(pk__in=ids).values_list("id", flat=True))
+        if seen != set(ids) and ReviewItem.objects.filter(pk__in=set(ids) - seen).exists():
+            raise Http404("No such review item.")
     return ids
 
 

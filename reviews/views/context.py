@@ -11,8 +11,9 @@ from django.utils.functional import SimpleLazyObject
 
 from ledger.containment.halts import active_halts
 from ledger.effects.states import Status
-from ledger.observability.metrics import summary
 from reviews.access.checks import can_act, can_read
+from reviews.access.counts import summary_for, visible_halts
+from reviews.access.teams import visible_effects
 from reviews.views.approvals import pending_proposals
 
 
@@ -21,17 +22,18 @@ def roles(request: HttpRequest) -> dict[str, Any]:
     return {"can_act": can_act(user), "can_read": can_read(user), "now": timezone.now()}
 
 
-def waiting_for_approval() -> int:
-    """How many effects and retry proposals wait for four-eyes (the approvals page's rows).
-    The effects are counted from the ledger's summary (`ledger.observability.summary`, refreshed
-    every few seconds by a thread), not by a count over the effects on every page; the proposals are
+def waiting_for_approval(user: Any) -> int:
+    """How many effects and retry proposals wait for four-eyes (the approvals page's rows), of
+    the teams `user` sees. The effects are counted from the ledger's summary
+    (`ledger.observability.summary`, refreshed every few seconds by a thread; per team in
+    `reviews.access.counts`), not by a count over the effects on every page; the proposals are
     few and indexed."""
     held = sum(
         n
-        for (_, _, _, status), n in summary.latest().effect_counts.items()
+        for (_, _, _, status), n in summary_for(user).effect_counts.items()
         if status == Status.AWAITING_APPROVAL
     )
-    return held + pending_proposals().count()
+    return held + visible_effects(user, pending_proposals(), "effect__").count()
 
 
 def halts(request: HttpRequest) -> dict[str, Any]:
@@ -39,7 +41,8 @@ def halts(request: HttpRequest) -> dict[str, Any]:
     approvals waiting. Lazy: htmx partials that do not show the banners cost no query."""
     if not can_read(request.user):
         return {"active_halts": (), "awaiting_approval": 0}
+    user = request.user
     return {
-        "active_halts": SimpleLazyObject(active_halts),
-        "awaiting_approval": SimpleLazyObject(waiting_for_approval),
+        "active_halts": SimpleLazyObject(lambda: visible_halts(user, active_halts())),
+        "awaiting_approval": SimpleLazyObject(lambda: waiting_for_approval(user)),
     }

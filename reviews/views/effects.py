@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
@@ -28,6 +28,7 @@ from ledger.models import (
 from ledger.policy.tools import policy_for
 from reconcilers.execution import can_execute
 from reviews.access.checks import actor, reader
+from reviews.access.teams import effect_or_404
 from reviews.decisions.approvals import waits_for_second_pair
 from reviews.decisions.decide import AlreadyDecided
 from reviews.decisions.decide import decide as record_decision
@@ -176,8 +177,9 @@ def _context(
 ) -> dict:
     """Everything the effect page shows: the effect and what surrounds it, and, around its open
     review item, the decisions offered and who is working on it."""
-    effect = get_object_or_404(
-        Effect.objects.select_related("agent", "parent", "parent__agent"), pk=effect_id
+    # Another team's effect is a 404, like a missing one (ADR 0014).
+    effect = effect_or_404(
+        user, effect_id, Effect.objects.select_related("agent", "parent", "parent__agent")
     )
     events = list(EffectEvent.objects.filter(effect=effect).order_by("id"))
     reviews = list(
@@ -313,7 +315,7 @@ def decide(request: HttpRequest, effect_id: uuid.UUID, action: str) -> HttpRespo
     dialog) gets the confirmation step, the same question the dialog asks."""
     if not valid_action(action):
         raise Http404("No such decision.")
-    effect = get_object_or_404(Effect.objects.filter(~Q(kind=Kind.DECISION)), pk=effect_id)
+    effect = effect_or_404(request.user, effect_id, Effect.objects.filter(~Q(kind=Kind.DECISION)))
     form = DecisionForm(request.POST, action=action, auto_id=f"{action}_%s")
     template = "reviews/effect.html#page" if request.htmx else "reviews/effect.html"
     status, problem = 422, ""

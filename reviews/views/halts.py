@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -13,6 +14,8 @@ from ledger.containment import halts as kill_switch
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Halt, HaltScope
 from reviews.access.checks import actor, can_act, reader
+from reviews.access.counts import visible_halts
+from reviews.access.teams import may_manage
 
 CONFIRM_LABEL = "I understand that claims stop at once; this is recorded as a decision"
 
@@ -38,12 +41,26 @@ class ResumeForm(forms.Form):
 
 
 def _page(request: HttpRequest, form: HaltForm | None = None, status: int = 200) -> HttpResponse:
+    lifted = Halt.objects.filter(lifted_at__isnull=False).order_by("-lifted_at")[:20]
     context = {
-        "halts": kill_switch.active_halts(),
-        "lifted": list(Halt.objects.filter(lifted_at__isnull=False).order_by("-lifted_at")[:20]),
+        # Halts on other teams' tools and agents are not shown (ADR 0014).
+        "halts": visible_halts(request.user, kill_switch.active_halts()),
+        "lifted": visible_halts(request.user, list(lifted)),
         "form": form or (HaltForm(auto_id="halt_%s") if can_act(request.user) else None),
     }
     return render(request, "reviews/halts.html", context, status=status)
+
+
+def _may_switch(request: HttpRequest, scope: str, value: str) -> None:
+    """Another team's tool or agent: 404, as one that does not exist. Something of no team, a
+    run nobody of the person's teams owns, or everything: admins only (403), once teams exist."""
+    if not visible_halts(request.user, [Halt(scope=scope, value=value)]):
+        raise Http404("No such tool or agent.")
+    if not may_manage(request.user, scope, value):
+        raise PermissionDenied(
+            "Only an admin may set or lift this halt: it is global, or on something no team "
+            "of yours owns."
+        )
 
 
 @require_GET
@@ -59,6 +76,7 @@ def halt(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _page(request, form, 422)
     data = form.cleaned_data
+    _may_switch(request, data["scope"], data["value"])
     try:
         switched = kill_switch.halt(
             data["scope"],
@@ -86,6 +104,9 @@ def resume(request: HttpRequest, halt_id: int) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Give a reason and tick the confirmation to resume.")
         return _page(request, status=422)
+    target = Halt.objects.filter(pk=halt_id).first()
+    if target is not None:
+        _may_switch(request, target.scope, target.value)
     try:
         switched = kill_switch.resume(
             halt_id, reason=form.cleaned_data["reason"], by=request.user.get_username()

@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.containment.iso4217 import major_units
@@ -16,6 +16,7 @@ from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Incident
 from ledger.statements import acknowledge_incident, incident_queue
 from reviews.access.checks import actor, can_act, reader
+from reviews.access.teams import visible_by_tool, visible_object_or_404
 
 PAGE_SIZE = 50
 RECENT = 50
@@ -40,7 +41,10 @@ def _page(
     status: int = 200,
 ) -> HttpResponse:
     """The page; `failed` is an incident's acknowledge form that was refused, to show again."""
-    page = Paginator(incident_queue(), PAGE_SIZE).get_page(request.GET.get("page"))
+    # Incidents of other teams' tools are not shown (ADR 0014).
+    page = Paginator(visible_by_tool(request.user, incident_queue()), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     acting = can_act(request.user)
     rows = []
     for incident in page:
@@ -50,7 +54,7 @@ def _page(
             form = failed[1] if failed and failed[0] == incident.pk else _form(incident.pk)
         rows.append((incident, form))
     acknowledged = list(
-        Incident.objects.filter(acknowledged_at__isnull=False)
+        visible_by_tool(request.user, Incident.objects.filter(acknowledged_at__isnull=False))
         .select_related("line", "acknowledged_by")
         .order_by("-acknowledged_at", "-id")[:RECENT]
     )
@@ -69,7 +73,7 @@ def incidents(request: HttpRequest) -> HttpResponse:
 @require_POST
 @actor
 def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
-    incident = get_object_or_404(Incident, pk=incident_id)
+    incident = visible_object_or_404(request.user, Incident.objects.all(), pk=incident_id)
     form = _form(incident.pk, request.POST)
     if not form.is_valid():
         return _page(request, (incident.pk, form), 422)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, timedelta
+from typing import Any
 
 from django.db.models import Q, Sum
 from django.http import HttpRequest, HttpResponse
@@ -22,6 +23,7 @@ from ledger.containment.iso4217 import major_units
 from ledger.containment.limits import amount_limits
 from ledger.models import Agent, Alert, AlertKind, AmountCharge, LimitCounter, Tool
 from reviews.access.checks import reader
+from reviews.access.teams import scoped, visible_agents, visible_tools
 
 RECENT_REFUSALS = 20
 
@@ -60,9 +62,18 @@ def _declared() -> list[tuple[str, str, int | None, dict[str, int]]]:
     return declared
 
 
-def usages() -> list[Usage]:
-    """Every declared limit with its use in the current window."""
+def usages(user: Any = None) -> list[Usage]:
+    """Every declared limit with its use in the current window; with `user`, only those on the
+    tools and agents of their teams or of no team (ADR 0014)."""
     declared = _declared()
+    if user is not None and scoped(user):
+        tools, agents = visible_tools(user), visible_agents(user)
+        declared = [
+            d
+            for d in declared
+            if (d[0].startswith("tool:") and d[0][5:] in tools)
+            or (d[0].startswith("agent:") and agents.filter(pk=d[0][6:]).exists())
+        ]
     scopes = [scope for scope, *_ in declared]
     # The trigger's minute key: the calendar minute in UTC, as migration 0014 writes it.
     minute = timezone.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
@@ -93,9 +104,28 @@ def usages() -> list[Usage]:
     return rows
 
 
+def _holder_visible(which: str, tools: set[str], agents: set[str]) -> bool:
+    scope, _, rest = str(which).partition(":")
+    if scope == "tool":
+        return any(rest.startswith(f"{t}:") for t in tools)
+    if scope == "agent":
+        return any(rest.startswith(f"{a}:") for a in agents)
+    return True
+
+
 @require_GET
 @reader
 def limits(request: HttpRequest) -> HttpResponse:
     refusals = Alert.objects.filter(kind=AlertKind.LIMIT_EXCEEDED).order_by("-created_at")
-    context = {"usages": usages(), "refusals": list(refusals[:RECENT_REFUSALS])}
+    shown = list(refusals[:RECENT_REFUSALS])
+    if scoped(request.user):
+        # A refusal names its limit's holder ("tool:<name>:…", "agent:<name>:…").
+        tools = visible_tools(request.user)
+        agents = set(visible_agents(request.user).values_list("name", flat=True))
+        shown = [
+            r
+            for r in shown
+            if _holder_visible((r.payload.get("limit") or {}).get("which", ""), tools, agents)
+        ]
+    context = {"usages": usages(request.user), "refusals": shown}
     return render(request, "reviews/limits.html", context)

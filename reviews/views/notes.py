@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Effect, ReviewItem
 from reviews.access.checks import actor, reader
+from reviews.access.teams import check_effect, item_or_404
 from reviews.queue import holds, notes
 from reviews.queue import live as live_check
 
@@ -38,7 +39,7 @@ def _panel(
 @require_POST
 @actor
 def add(request: HttpRequest, item_id: int) -> HttpResponse:
-    item = get_object_or_404(ReviewItem, pk=item_id)
+    item = item_or_404(request.user, item_id)
     text = request.POST.get("text", "")
     try:
         note = notes.add_note(item, request.user, text)
@@ -54,7 +55,7 @@ def add(request: HttpRequest, item_id: int) -> HttpResponse:
 @require_POST
 @actor
 def release(request: HttpRequest, item_id: int) -> HttpResponse:
-    item = get_object_or_404(ReviewItem, pk=item_id)
+    item = item_or_404(request.user, item_id)
     try:
         holds.release_item(item, request.user)
     except LedgerError as exc:
@@ -75,6 +76,7 @@ def live(request: HttpRequest, effect_id: uuid.UUID) -> HttpResponse:
             "Give the page's state: ?version=<effect version>&item=<item.holder.notes>.",
             content_type="text/plain",
         )
+    check_effect(request.user, effect_id)  # another team's: 404, as a missing one
     now = live_check.live_state(effect_id)
     if now is None:
         return HttpResponse("No such effect.", status=404, content_type="text/plain")

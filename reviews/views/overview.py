@@ -17,9 +17,10 @@ from django.views.decorators.http import require_GET
 
 from ledger.effects.states import INCOMPLETE, Kind, Status
 from ledger.models import Effect, EffectEvent, EventKind, Incident, Mode
-from ledger.observability.metrics import summary
 from ledger.observability.summary import REVIEW_AGE_HOURS, Summary
 from reviews.access.checks import reader
+from reviews.access.counts import summary_for
+from reviews.access.teams import visible_by_tool, visible_effects
 
 # Labels of the summary's age buckets of open review items (REVIEW_AGE_HOURS).
 AGE_LABELS = ["< 1 h", "1–6 h", "6–24 h", "1–3 d", "3–7 d", "> 7 d"]
@@ -84,7 +85,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     # ?mode=test|live: only effects of agents in that mode; anything else shows every mode.
     mode = request.GET.get("mode") if request.GET.get("mode") in Mode.values else None
     mine = Q(agent__mode=mode) if mode else Q()
-    counted = summary.latest()
+    counted = summary_for(request.user)  # the shared summary, or the person's teams' counts
     by_status, by_tool = _counts(counted, mode)
     ages = _review_ages(counted, mode)
     context = {
@@ -95,18 +96,25 @@ def overview(request: HttpRequest) -> HttpResponse:
         "open_reviews": sum(n for _, n in ages),
         # Open incidents (statement lines no effect intended), read live over incident_open_idx:
         # there are few, and each may be an unauthorized charge. Not by mode: a line has none.
-        "open_incidents": Incident.objects.filter(acknowledged_at__isnull=True).count(),
+        "open_incidents": visible_by_tool(
+            request.user, Incident.objects.filter(acknowledged_at__isnull=True)
+        ).count(),
         "chart": _chart(ages),
-        "oldest": Effect.objects.filter(mine, status__in=sorted(INCOMPLETE))
+        "oldest": visible_effects(request.user, Effect.objects.filter(mine))
+        .filter(status__in=sorted(INCOMPLETE))
         .select_related("agent")
         .order_by("created_at")
         .first(),
         "blocked": counted.blocked,
         "blocked_total": counted.blocked_total,
         # Lookups and the machines' own moves, newest first (event_recovery_idx).
-        "activity": EffectEvent.objects.filter(
-            Q(kind=EventKind.RECONCILIATION) | Q(actor__startswith="system:"),
-            Q(effect__agent__mode=mode) if mode else Q(),
+        "activity": visible_effects(
+            request.user,
+            EffectEvent.objects.filter(
+                Q(kind=EventKind.RECONCILIATION) | Q(actor__startswith="system:"),
+                Q(effect__agent__mode=mode) if mode else Q(),
+            ),
+            "effect__",
         ).order_by("-id")[:15],
         "counted_at": counted.taken_at,
         "refresh": REFRESH_SECONDS,

@@ -7,13 +7,14 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.models import Incident, ReviewItem
 from reviews.access.checks import actor, reader
+from reviews.access.teams import item_or_404, visible_by_tool, visible_items
 from reviews.decisions.kinds import KINDS as DECLARED
 from reviews.models import SavedFilter
 from reviews.queue.bulk import INLINE_LIMIT, KINDS
@@ -32,7 +33,8 @@ from reviews.queue.pages import (
 @require_GET
 @reader
 def queue(request: HttpRequest) -> HttpResponse:
-    filters = QueueFilter(request.GET, queryset=ReviewItem.objects.all(), user=request.user)
+    # Only the items of effects the person may see (their teams', ADR 0014).
+    filters = QueueFilter(request.GET, queryset=visible_items(request.user), user=request.user)
     if not filters.is_valid():
         return render(request, "reviews/queue.html", {"filters": filters, "page": None}, status=400)
     page = open_page(filters.qs, page_number(request.GET.get("page")))
@@ -58,8 +60,10 @@ def queue(request: HttpRequest) -> HttpResponse:
         "operators": list(operators().values_list("id", "username")),
         "resolve_hours": settings.LEDGER_RESOLVE_WITHIN // 3600,
         # The incidents' place in the queue: a count over incident_open_idx, and a link.
-        "open_incidents": Incident.objects.filter(acknowledged_at__isnull=True).count(),
-        "unlisted": unlisted(filters.qs, searched) if searched.strip() else [],
+        "open_incidents": visible_by_tool(
+            request.user, Incident.objects.filter(acknowledged_at__isnull=True)
+        ).count(),
+        "unlisted": unlisted(filters.qs, searched, request.user) if searched.strip() else [],
         "saved_filters": list(SavedFilter.objects.filter(owner=request.user)),
         "bulk_kinds": [(action, DECLARED[action].label) for action in KINDS],
         "inline_limit": INLINE_LIMIT,
@@ -89,7 +93,7 @@ def _row(request: HttpRequest, item: ReviewItem, note: str = "") -> HttpResponse
 @require_POST
 @actor
 def hold(request: HttpRequest, item_id: int) -> HttpResponse:
-    item = get_object_or_404(ReviewItem, pk=item_id)
+    item = item_or_404(request.user, item_id)
     held_by = hold_item(item, request.user)
     note = "" if held_by == request.user else f"Already held by {held_by}."
     return _row(request, item, note)
@@ -98,7 +102,7 @@ def hold(request: HttpRequest, item_id: int) -> HttpResponse:
 @require_POST
 @actor
 def assign(request: HttpRequest, item_id: int) -> HttpResponse:
-    item = get_object_or_404(ReviewItem, pk=item_id)
+    item = item_or_404(request.user, item_id)
     try:
         assignee_id = int(request.POST.get("assignee", ""))
     except ValueError:

@@ -14,6 +14,7 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -36,6 +37,7 @@ from ledger.effects.states import Kind
 from ledger.models import Agent, Effect, Reason, Run
 from reconcilers.execution import can_execute
 from reviews.access.checks import reader
+from reviews.access.teams import scoped, visible_agents, visible_effects
 from reviews.decisions.whatnext import money_of
 
 
@@ -135,6 +137,19 @@ def _rows(agent: Agent, plans: list[Planned]) -> list[Row]:
     ]
 
 
+def _narrowed(
+    user: Any, agent: Agent, run_id: str, plans: list[Planned]
+) -> tuple[list[Planned], dict[str, int]]:
+    """A run's plans and counts without the effects of other teams' tools (an agent's run may
+    call a tool another team owns)."""
+    mine = visible_effects(user, Effect.objects.filter(agent=agent, run_id=run_id))
+    shown = set(mine.filter(pk__in=[p.effect.pk for p in plans]).values_list("id", flat=True))
+    counts = {
+        row["status"]: row["n"] for row in mine.values("status").annotate(n=Count("id")).order_by()
+    }
+    return [p for p in plans if p.effect.pk in shown], counts
+
+
 @require_GET
 @reader
 def preview(request: HttpRequest) -> HttpResponse:
@@ -145,19 +160,26 @@ def preview(request: HttpRequest) -> HttpResponse:
         return render(request, "reviews/run.html", {"form": form}, status=400)
     run_id, name = form.cleaned_data["run"], form.cleaned_data["agent"]
     context: dict[str, Any] = {"form": form, "run_id": run_id, "agent_name": name}
+    # Runs of agents of other teams are not there for a scoped person (ADR 0014).
+    agents = visible_agents(request.user)
     if name:
-        agent = Agent.objects.filter(name=name).first()
+        agent = agents.filter(name=name).first()
     else:
         owners = list(
-            Run.objects.filter(run_id=run_id).select_related("agent").order_by("agent__name")
+            Run.objects.filter(run_id=run_id, agent__in=agents)
+            .select_related("agent")
+            .order_by("agent__name")
         )
         agent = owners[0].agent if len(owners) == 1 else None
         context["choices"] = [run.agent.name for run in owners] if len(owners) > 1 else []
     if agent is None:
+        # Another team's run is answered as a run nobody has (ADR 0014).
         return render(request, "reviews/run.html", context)
     plans, counts = recover(
         agent, owner=None, run_id=run_id, dry_run=True, limit=settings.LEDGER_RECOVERY_LIMIT
     )
+    if scoped(request.user):
+        plans, counts = _narrowed(request.user, agent, run_id, plans)
     by_action = Counter(item.plan.action for item in plans)
     context.update(
         agent=agent,

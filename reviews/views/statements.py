@@ -22,6 +22,7 @@ from ledger.models import StatementImport, Tool
 from ledger.models.statements import Origin
 from ledger.statements import StatementError, import_statement
 from reviews.access.checks import actor, can_act, reader
+from reviews.access.teams import visible_by_tool, visible_tools
 
 PAGE_SIZE = 25
 # An uploaded file may be this large at most (`SizeLimit`). Django's DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -53,11 +54,13 @@ class StatementUploadForm(forms.Form):
         required=False,
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Only tools that declare statements; another name is refused as a wrong choice.
+        # Only tools that declare statements, of the person's teams or of no team (ADR 0014);
+        # another name, another team's tool included, is refused as a wrong choice.
         names = Tool.objects.filter(statements=True).order_by("name").values_list("name", flat=True)
-        self.fields["tool"].choices = [(name, name) for name in names]
+        mine = visible_tools(user) if user is not None else None
+        self.fields["tool"].choices = [(n, n) for n in names if mine is None or n in mine]
         self.fields["file"].widget.attrs["accept"] = ".csv,.jsonl,.ndjson"
 
     def clean(self) -> dict[str, Any]:
@@ -91,9 +94,15 @@ class SizeLimit(FileUploadHandler):
 def _page(
     request: HttpRequest, form: StatementUploadForm | None = None, status: int = 200
 ) -> HttpResponse:
-    imports = StatementImport.objects.order_by("-created_at", "-id")
+    # Statements of other teams' tools are not shown (ADR 0014).
+    imports = visible_by_tool(request.user, StatementImport.objects.order_by("-created_at", "-id"))
     context = {
-        "form": form or (StatementUploadForm(auto_id="stmt_%s") if can_act(request.user) else None),
+        "form": form
+        or (
+            StatementUploadForm(auto_id="stmt_%s", user=request.user)
+            if can_act(request.user)
+            else None
+        ),
         "page": Paginator(imports, PAGE_SIZE).get_page(request.GET.get("page")),
         "max_mib": STATEMENT_MAX_BYTES // 2**20,
     }
@@ -119,7 +128,7 @@ def upload(request: HttpRequest) -> HttpResponse:
 @actor
 @csrf_protect
 def _upload(request: HttpRequest, limit: SizeLimit) -> HttpResponse:
-    form = StatementUploadForm(request.POST, request.FILES, auto_id="stmt_%s")
+    form = StatementUploadForm(request.POST, request.FILES, auto_id="stmt_%s", user=request.user)
     if limit.exceeded:
         form.is_valid()
         form.errors.pop("file", None)
