@@ -65,10 +65,13 @@ CONCURRENT = re.compile(r"\s*(CREATE\s+(UNIQUE\s+)?|DROP\s+)INDEX\s+CONCURRENTLY
 # row is rewritten), a trigger. They take ACCESS EXCLUSIVE or SHARE ROW EXCLUSIVE for an
 # instant, which is harmless unless they queue behind a long transaction with every agent
 # queued behind them: so they are accepted only under a lock_timeout of at most
-# `CATALOGUE_WAIT` seconds (the migration fails fast and is run again).
+# `CATALOGUE_WAIT` seconds (the migration fails fast and is run again). django-pgtrigger installs
+# a trigger as one statement that (re)defines its functions and then creates the trigger: that
+# statement starts with its helper function's name.
 CATALOGUE_ONLY = re.compile(
     r"\s*(ALTER\s+TABLE\s+\S+\s+ADD\s+COLUMN\s+\S+\s+[^;]*?(DEFAULT\s+('[^']*'|[\w.-]+)\s+)?"
-    r"(NOT\s+)?NULL\s*;?\s*$|CREATE\s+TRIGGER\b|DROP\s+TRIGGER\b)",
+    r"(NOT\s+)?NULL\s*;?\s*$|CREATE\s+TRIGGER\b|DROP\s+TRIGGER\b"
+    r'|CREATE\s+OR\s+REPLACE\s+FUNCTION\s+"\w+"\._pgtrigger_should_ignore\b)',
     re.I,
 )
 CATALOGUE_WAIT = 5.0

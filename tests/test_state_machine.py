@@ -21,7 +21,7 @@ REFUSED_CHANGES = [(a, b) for a, b in REFUSED if a != b]
 
 
 def test_the_table_has_the_transitions_the_design_names():
-    assert len(ALLOWED) == 16
+    assert len(ALLOWED) == 18
     assert (Status.PLANNED, Status.DISPATCHING) in TRANSITIONS
     # Four-eyes: approved or rejected, never claimed straight from awaiting_approval.
     assert (Status.AWAITING_APPROVAL, Status.PLANNED) in TRANSITIONS
@@ -30,6 +30,11 @@ def test_the_table_has_the_transitions_the_design_names():
     assert (Status.CONFIRMED, Status.COMPENSATED) in TRANSITIONS
     assert (Status.FAILED, Status.PLANNED) not in TRANSITIONS
     assert (Status.CONFIRMED, Status.FAILED) not in TRANSITIONS
+    # Restore mode: what may have moved in a lost window is put in doubt, from before a claim
+    # (planned, awaiting approval) as from after one; nothing finished is.
+    assert (Status.PLANNED, Status.UNKNOWN) in TRANSITIONS
+    assert (Status.AWAITING_APPROVAL, Status.UNKNOWN) in TRANSITIONS
+    assert (Status.CANCELLED, Status.UNKNOWN) not in TRANSITIONS
 
 
 @pytest.mark.parametrize(("source", "target"), ALLOWED, ids=lambda s: str(s))
