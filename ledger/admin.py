@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -10,12 +10,15 @@ from ledger.audit.retention import REDACTED, REDACTED_TARGET
 from ledger.containment.limits import amount_limits
 from ledger.models import (
     Agent,
+    AllTeamsGrant,
     ApiKey,
     Effect,
     EffectDependency,
     EffectEvent,
     ReviewItem,
     Run,
+    Team,
+    TeamMembership,
     Tool,
 )
 from ledger.models.statements import Incident, StatementImport, StatementLine
@@ -68,9 +71,10 @@ class AgentAdmin(admin.ModelAdmin):
         "is_active",
         "limit_claims_per_minute",
         "limit_amount_per_day",
+        "team",
         "created_at",
     )
-    list_filter = ("mode", "is_active")
+    list_filter = ("mode", "is_active", "team")
     search_fields = ("name",)
     inlines = [ApiKeyInline]
 
@@ -127,9 +131,43 @@ class ToolAdmin(admin.ModelAdmin):
         "max_attempts",
         "compensated_by",
         "reconciler",
+        "team",
     )
-    list_filter = ("read_only", "honours_key", "has_lookup")
+    list_filter = ("read_only", "honours_key", "has_lookup", "team")
     search_fields = ("name", "description")
+
+
+class MembershipInline(admin.TabularInline):
+    """People in the team. A membership from the identity provider's claim is rewritten at each
+    sign-in; one added here is kept (ADR 0014)."""
+
+    model = TeamMembership
+    extra = 0
+    fields = ("user", "source", "created_at")
+    readonly_fields = ("created_at",)
+    autocomplete_fields = ("user",)
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    """Teams, their people and their alert channels; agents and tools are given a team on
+    their own pages (docs/operations/teams.md)."""
+
+    list_display = ("name", "slug", "alert_webhook_url", "alert_slack_url", "alert_email")
+    search_fields = ("name", "slug")
+    prepopulated_fields = {"slug": ("name",)}
+    inlines = [MembershipInline]
+    # Channel URLs are given whole (https://…); nothing is assumed about a missing scheme.
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+
+@admin.register(AllTeamsGrant)
+class AllTeamsGrantAdmin(admin.ModelAdmin):
+    """Who sees every team's effects besides the admins (auditors, typically)."""
+
+    list_display = ("user", "granted_at")
+    search_fields = ("user__username",)
+    autocomplete_fields = ("user",)
 
 
 class EventInline(admin.TabularInline):
