@@ -36,9 +36,18 @@ class Migration(migrations.Migration):
                 ),
                 ("name", models.CharField(max_length=100, unique=True)),
                 ("slug", models.SlugField(max_length=100, unique=True)),
-                ("alert_webhook_url", models.URLField(blank=True, db_default="", max_length=500)),
-                ("alert_slack_url", models.URLField(blank=True, db_default="", max_length=500)),
-                ("alert_email", models.EmailField(blank=True, db_default="", max_length=254)),
+                (
+                    "alert_webhook_url",
+                    models.URLField(blank=True, db_default="", default="", max_length=500),
+                ),
+                (
+                    "alert_slack_url",
+                    models.URLField(blank=True, db_default="", default="", max_length=500),
+                ),
+                (
+                    "alert_email",
+                    models.EmailField(blank=True, db_default="", default="", max_length=254),
+                ),
                 (
                     "created_at",
                     models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),

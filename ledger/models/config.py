@@ -68,9 +68,9 @@ class Team(models.Model):
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(max_length=100, unique=True)
     # Where this team's alerts go; all blank: the global channels (LEDGER_ALERT_*).
-    alert_webhook_url = models.URLField(max_length=500, blank=True, db_default="")
-    alert_slack_url = models.URLField(max_length=500, blank=True, db_default="")
-    alert_email = models.EmailField(max_length=254, blank=True, db_default="")
+    alert_webhook_url = models.URLField(max_length=500, blank=True, default="", db_default="")
+    alert_slack_url = models.URLField(max_length=500, blank=True, default="", db_default="")
+    alert_email = models.EmailField(max_length=254, blank=True, default="", db_default="")
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="TeamMembership", related_name="ledger_teams", blank=True
     )
