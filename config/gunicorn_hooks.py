@@ -10,6 +10,7 @@ what `mark_process_dead` does.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 
@@ -21,14 +22,23 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    """Each worker, once the application is loaded, compares the database with the witness
-    (`ledger.restore`) before it serves: a database that went back in time puts the ledger in
-    restore mode before any agent is answered from it. A failure here is logged, not fatal:
-    the sweep runs the same check every minute."""
+    """Before a worker serves: LEDGER_KEYS must be this database's keys
+    (`ledger.restore.keyring`; other keys stop the server, since every idempotency key would
+    change), and the database is compared with the witness (`ledger.restore`): one that went
+    back in time puts the ledger in restore mode before any agent is answered from it. A failed
+    witness check is logged, not fatal: the sweep runs it every minute."""
     import logging
 
     from django.db import connection
 
+    from ledger.restore.keyring import KeysMismatch, check
+
+    try:
+        check()
+    except KeysMismatch as exc:
+        # gunicorn's "worker failed to boot" code: the arbiter stops rather than retrying.
+        logging.getLogger("ledger.restore").critical("refusing to start: %s", exc)
+        sys.exit(3)
     try:
         from ledger.restore.mode import check_witness
 

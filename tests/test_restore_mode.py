@@ -245,3 +245,49 @@ def test_the_command_begins_reports_and_ends(make_effect, capsys):
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM ledger_restorewindow")
         assert cursor.fetchone()[0] == 1
+
+
+# --- New intents while the mode is on ---------------------------------------------------------
+
+
+def test_new_intents_start_in_doubt_unless_the_provider_deduplicates_them(alice, tools):
+    """The ledger cannot tell an intent posted again for an effect it lost from a new one."""
+    lost = timezone.now() - timedelta(hours=2)
+    before = alice.intent("run-n", "email-before", tool="send_email", target="a@x.test", request={})
+    assert before["status"] == "planned"
+    mode.begin(lost_since=lost, reason="restored from backup", by="shell:t")
+
+    email = alice.intent("run-n", "email", tool="send_email", target="a@x.test", request={})
+    ticket = alice.intent("run-n", "ticket", tool="create_ticket", target="q", request={})
+    charge = alice.intent(
+        "run-n", "charge", tool="charge_card", target="acct_1", request={"amount": "5.00"}
+    )
+    balance = alice.intent("run-n", "balance", tool="get_balance", target="acct_1", request={})
+    assert (email["status"], ticket["status"]) == ("unknown", "unknown")
+    # Keys within their lifetime (24 h, counted from lost_since) and reads: as before.
+    assert (charge["status"], balance["status"]) == ("planned", "planned")
+    for doubted in (email, ticket):
+        item = ReviewItem.objects.get(effect_id=doubted["id"], resolved_at__isnull=True)
+        assert item.reason == Reason.RESTORED_GAP
+        assert Effect.objects.get(pk=doubted["id"]).next_check_at is not None
+    response = alice.post(f"/effects/{email['id']}/claim", {"owner": "worker-1"})
+    assert assert_error(response, 409, "invalid_transition")["status"] == "unknown"
+    # Posted again, it is the same effect, still in doubt: never a second one.
+    again = alice.intent(
+        "run-n", "email", tool="send_email", target="a@x.test", request={}, expect=200
+    )
+    assert again["id"] == email["id"] and again["status"] == "unknown"
+
+    mode.end(reason="window checked", by="shell:t")
+    after = alice.intent("run-n", "email-after", tool="send_email", target="a@x.test", request={})
+    assert after["status"] == "planned"
+
+
+def test_a_key_older_than_its_lifetime_no_longer_covers_the_window(alice, tools):
+    tools["charge_card"].key_ttl = timedelta(hours=1)
+    tools["charge_card"].save()
+    mode.begin(lost_since=timezone.now() - timedelta(hours=2), reason="PITR", by="shell:t")
+    charge = alice.intent(
+        "run-k", "charge", tool="charge_card", target="acct_1", request={"amount": "5.00"}
+    )
+    assert charge["status"] == "unknown"

@@ -15,7 +15,7 @@ from ledger.containment.limits import amount_of
 from ledger.containment.reviewqueue import open_review
 from ledger.effects import digests
 from ledger.effects.states import Kind, Status
-from ledger.effects.transitions import column_values, one_effect, record_event
+from ledger.effects.transitions import SqlExpr, column_values, one_effect, record_event
 from ledger.errors import EffectKeyConflict, Forbidden, ValidationFailed
 from ledger.models import (
     Agent,
@@ -28,6 +28,7 @@ from ledger.models import (
     Run,
 )
 from ledger.policy.tools import Policy
+from ledger.restore.state import starts_in_doubt
 
 _EFFECT_TABLE = Effect._meta.db_table
 _RUN_TABLE = Run._meta.db_table
@@ -171,10 +172,21 @@ def effect_row(
 def first_status(agent: Agent, intent: Intent, policy: Policy) -> Status:
     """The status a new effect recording `intent` starts in, after the checks every intent
     passes: the agent's mode, and an amount the tool's limits can read (422 otherwise).
-    Four-eyes is decided once, here: awaiting_approval above the tool's threshold."""
+    Four-eyes is decided once, here: awaiting_approval above the tool's threshold. In restore
+    mode an agent's action whose tool cannot deduplicate it starts in doubt (`unknown`): it may
+    be an effect the ledger lost, posted again (`ledger.restore.state`). Four-eyes goes first:
+    an approver decides on it either way."""
     check_mode(agent, policy)
     amount_of(policy, intent.request)
-    return Status.AWAITING_APPROVAL if needs_approval(policy, intent.request) else Status.PLANNED
+    if needs_approval(policy, intent.request):
+        return Status.AWAITING_APPROVAL
+    if (
+        intent.kind == Kind.ACTION
+        and intent.requested_by == RequestedBy.AGENT
+        and starts_in_doubt(policy)
+    ):
+        return Status.UNKNOWN
+    return Status.PLANNED
 
 
 def record_intent(
@@ -204,6 +216,8 @@ def record_intent(
             policy.redactor,
             status=status,
             max_attempts=policy.max_attempts,
+            # In doubt from the start: the reconciler looks it up before anyone may claim it.
+            **({"next_check_at": SqlExpr("now()")} if status == Status.UNKNOWN else {}),
         )
     )
     if effect is None:
@@ -224,4 +238,6 @@ def record_intent(
     )
     if status == Status.AWAITING_APPROVAL:
         open_review(effect.id, Reason.APPROVAL_REQUIRED)
+    elif status == Status.UNKNOWN:
+        open_review(effect.id, Reason.RESTORED_GAP)
     return effect, True

@@ -2,7 +2,9 @@
 kind `restore`, and two transitions into unknown (planned → unknown, awaiting_approval →
 unknown) that only entering restore mode takes. The effects table's trigger is replaced under
 a short `lock_timeout`, as 0025's statements are: behind a long transaction it fails fast and
-is run again rather than queueing every agent."""
+is run again rather than queueing every agent. The fingerprints of `LEDGER_KEYS` versions
+(`KeyFingerprint`) let a ledger started with other keys against a restored database refuse to
+start."""
 
 import django.db.models.functions.datetime
 import django.db.models.lookups
@@ -117,5 +119,31 @@ class Migration(migrations.Migration):
                 condition=models.Q(("ended_at__isnull", True)),
                 name="one_open_restore_window",
             ),
+        ),
+        pgtrigger.migrations.AddTrigger(
+            model_name="restorewindow",
+            trigger=pgtrigger.compiler.Trigger(
+                name="restorewindow_bumps_config",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="INSERT INTO ledger_configversion (id, version, changed_at) VALUES (1, nextval('ledger_configversion_seq'), now()) ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, changed_at = EXCLUDED.changed_at; RETURN NULL;",
+                    hash="4ead6f672197788ac80c4d0e4d1dc4dd2ef6c0fb",
+                    level="STATEMENT",
+                    operation="INSERT OR UPDATE OR DELETE OR TRUNCATE",
+                    pgid="pgtrigger_restorewindow_bumps_config_9b004",
+                    table="ledger_restorewindow",
+                    when="AFTER",
+                ),
+            ),
+        ),
+        migrations.CreateModel(
+            name="KeyFingerprint",
+            fields=[
+                ("version", models.PositiveIntegerField(primary_key=True, serialize=False)),
+                ("fingerprint", models.CharField(max_length=64)),
+                (
+                    "recorded_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+            ],
         ),
     ]

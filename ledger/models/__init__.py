@@ -33,7 +33,7 @@ from ledger.models.effects import (
     Run,
     WebhookDelivery,
 )
-from ledger.models.restore import RestoreSource, RestoreWindow
+from ledger.models.restore import KeyFingerprint, RestoreSource, RestoreWindow
 from ledger.models.review import MACHINE_CLOSES, SEVERITY, Reason, ReviewItem, Severity
 from ledger.models.statements import (
     Incident,
@@ -65,6 +65,7 @@ __all__ = [
     "HaltScope",
     "Incident",
     "IncidentKind",
+    "KeyFingerprint",
     "LimitCounter",
     "LineStatus",
     "LineType",

@@ -6,6 +6,8 @@ from django.db import models
 from django.db.models.functions import Now
 from django.db.models.lookups import IsNull
 
+from ledger.models.config import _bumps_config_version
+
 
 class RestoreSource(models.TextChoices):
     # The witness outside the database saw more than the database holds (`ledger.restore`).
@@ -37,6 +39,9 @@ class RestoreWindow(models.Model):
     end_reason = models.CharField(max_length=2000, blank=True)
 
     class Meta:
+        # Opening or ending a window moves the configuration version: every process then reads
+        # whether restore mode is on afresh (`ledger.restore.state`).
+        triggers = [_bumps_config_version("restorewindow_bumps_config")]
         constraints = [
             models.UniqueConstraint(
                 IsNull(models.F("ended_at"), True),
@@ -48,3 +53,17 @@ class RestoreWindow(models.Model):
     def __str__(self) -> str:
         state = "open" if self.ended_at is None else "ended"
         return f"restore window {self.pk} ({state}, lost since {self.lost_since:%Y-%m-%d %H:%M})"
+
+
+class KeyFingerprint(models.Model):
+    """A fingerprint of each version of `LEDGER_KEYS` the database has been used with: an HMAC of
+    a fixed text under that key, never the key. Idempotency keys and redaction tokens derive from
+    these keys, so a ledger started against this database with other keys would make other
+    idempotency keys for the same effects (`ledger.restore.keyring` refuses to start)."""
+
+    version = models.PositiveIntegerField(primary_key=True)
+    fingerprint = models.CharField(max_length=64)
+    recorded_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"LEDGER_KEYS version {self.version}"

@@ -46,7 +46,7 @@ from ledger.models import (
     RestoreWindow,
     ReviewItem,
 )
-from ledger.policy import agentkeys
+from ledger.policy import agentkeys, configversion
 from ledger.restore import witness as witnesses
 
 log = logging.getLogger(__name__)
@@ -217,6 +217,7 @@ def begin(
         }
         _record(window, "begin", reason[:2000], by, details)
         outbox.notify(AlertKind.RESTORE, str(window.pk), {"window": window.pk, **details})
+    configversion.expire()  # this process sees its own change at once; others by the version
     log.warning("restore mode on: %s", details)
     return Entered(window, True)
 
@@ -239,6 +240,7 @@ def end(*, reason: str, by: str) -> RestoreWindow:
         window.ended_at, window.ended_by, window.end_reason = timezone.now(), by[:200], reason
         window.save(update_fields=["ended_at", "ended_by", "end_reason"])
         _record(window, "end", reason, by, {"unchecked": left})
+    configversion.expire()
     log.warning("restore mode off (window %s, %s left unchecked): %s", window.pk, left, reason)
     return window
 
