@@ -73,10 +73,11 @@ crashtest: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
 
 # Fault drills under load, on a private PostgreSQL and Redis: each restarted, then the web
-# process SIGKILLed; prints the counts. DRILLS_ARGS, e.g. "--seconds 60 --outage 20".
+# process SIGKILLed; then, on clusters of its own, the primary of a synchronous pair killed and
+# its standby promoted. Prints the counts. DRILLS_ARGS, e.g. "--seconds 60 --outage 20".
 drills: install-test
 	$(TEST_ENV) $(STACK) exec -- \
-	  $(PY) manage.py faultdrill postgres redis web $(DRILLS_ARGS)
+	  $(PY) manage.py faultdrill postgres redis web failover-sync $(DRILLS_ARGS)
 
 # The multi-agent demo, against a running `make run` (its settings come from var/run.env).
 # One agent identity per role, each with a fresh key.

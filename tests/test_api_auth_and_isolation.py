@@ -154,7 +154,12 @@ def test_the_refusal_does_not_say_which_part_of_the_key_was_wrong(alice):
 def test_health_needs_no_key(db):
     response = Client().get("/api/v1/health")
     assert response.status_code == 200, response.content
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+    assert response.json() == {
+        "status": "ok",
+        "database": "ok",
+        "redis": "ok",
+        "restore_mode": False,
+    }
 
 
 def test_a_key_is_recorded_as_the_agent_and_a_body_cannot_claim_another(alice, bob):

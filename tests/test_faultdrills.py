@@ -87,3 +87,34 @@ def test_sigkilled_web_processes_lose_no_acknowledged_write_and_repeats_are_safe
     assert counts["repeat: 200, same effect"] == counts["repeated after a fault"]
     assert counts["after: new intent answered"] == 201
     assert counts["rq worker, django-q2 restarted"] == 0
+
+
+def test_a_killed_primary_with_a_synchronous_standby_loses_no_acknowledged_write(tmp_path):
+    """The primary of a synchronous pair SIGKILLed under load, fenced, its standby promoted:
+    every acknowledged intent, claim and outcome is on the new primary, the switch shows only
+    as 503s with Retry-After, and no process was restarted."""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "faultdrill", "failover-sync", "--seconds", "8",
+         "--outage", "2", "--report", str(report)],
+        cwd=ROOT,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )  # fmt: skip
+    assert report.exists(), done.stdout + done.stderr[-3000:]
+    (drill,) = json.loads(report.read_text())
+    counts = drill["counts"]
+    assert drill["failures"] == [], done.stdout
+    assert counts["acknowledged outcomes"] > 0 and counts["answered 503"] > 0
+    for name in ("lost intents", "lost claims", "lost outcomes", "duplicates", "unaccounted"):
+        assert counts[name] == 0, name
+    assert counts["tracebacks"] == counts["503 without Retry-After"] == 0
+    assert counts["processes restarted"] == 0
+    acknowledged = sum(counts[f"acknowledged {k}"] for k in ("intents", "claims", "outcomes"))
+    last = done.stdout.strip().splitlines()[-2]  # the report's path is printed after it
+    assert last == (
+        f"drill failover-sync: acknowledged {acknowledged}, lost 0, duplicates 0, unaccounted 0"
+    )

@@ -9,6 +9,8 @@ redis     Redis stopped and started again (empty: it keeps nothing on disk) whil
           clients post and another client leaves effects `unknown`: no agent request fails,
           /health reports Redis down while it is, and the sweep re-drives every wake-up lost
           meanwhile, so each of those effects is checked afterwards.
+failover-sync  the primary SIGKILLed under load and a synchronous standby promoted, on clusters
+          of its own (`devstack.drills.failover`).
 web       gunicorn workers SIGKILLed every few seconds and the master itself (then started
           again, as a supervisor would): acknowledged intents are stored, a request that got
           no answer repeated gives 201 or 200 with the stored effect, and the service answers.
@@ -43,13 +45,16 @@ from devstack.drills.checks import (
     stored_effects,
     wait_confirmed,
 )
+from devstack.drills.failover import failover_sync
 from devstack.drills.load import HANG_LIMIT, Api, Call, Intent, Load
 from devstack.drills.report import DrillReport
 from devstack.drills.servers import DrillServers
 from devstack.drills.services import QCLUSTER, RQ_WORKER, SERVICES, WEB, DrillStack
 from devstack.harness import ROOT
 
-DRILLS = ("postgres", "redis", "web")
+DRILLS = ("postgres", "redis", "web", "failover-sync")
+# Drills on the shared private servers; failover-sync brings clusters of its own.
+SHARED = ("postgres", "redis", "web")
 SWEEP, ESCALATION = "reconciliation-sweep", "escalation"
 HUNG = f"hung > {HANG_LIMIT:.0f} s"
 LOGS = ROOT / "var" / "faultdrill"
@@ -384,6 +389,18 @@ def run(names: Sequence[str], size: Size, progress: TextIO = sys.stderr) -> list
     # The processes' logs, kept when a drill fails (the counts say what, the logs why).
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=LOGS))
     reports: list[DrillReport] = []
+    if any(name in SHARED for name in names):
+        reports += _shared(names, size, workdir, progress)
+    if "failover-sync" in names:
+        reports.append(failover_sync(workdir, size.seconds, size.clients, progress))
+    if all(report.ok for report in reports):
+        shutil.rmtree(workdir, ignore_errors=True)
+    return reports
+
+
+def _shared(names: Sequence[str], size: Size, workdir: Path, progress: TextIO) -> list[DrillReport]:
+    """The drills on one private PostgreSQL and Redis, in the order of SHARED."""
+    reports: list[DrillReport] = []
     with tempfile.TemporaryDirectory(prefix="faultdrill-") as tmp:
         servers = DrillServers(Path(tmp))
         stack: DrillStack | None = None
@@ -400,11 +417,9 @@ def run(names: Sequence[str], size: Size, progress: TextIO = sys.stderr) -> list
             stack.start()
             drill = Drill(servers, stack, key, size, progress)
             drill.say(f"ledger on {stack.api_url}, logs in {workdir}")
-            reports = [RUNNERS[name](drill) for name in DRILLS if name in names]
+            reports = [RUNNERS[name](drill) for name in SHARED if name in names]
         finally:
             if stack is not None:
                 stack.stop()
             servers.close()
-    if all(report.ok for report in reports):
-        shutil.rmtree(workdir, ignore_errors=True)
     return reports

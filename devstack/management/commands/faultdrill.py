@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from devstack.drills.failover import summary_line
 from devstack.drills.scenarios import DRILLS, LOGS, Size, run
 
 
@@ -16,8 +17,10 @@ class Command(BaseCommand):
     help = (
         "Fault drills under load, against a private PostgreSQL and Redis and the ledger's own "
         "processes: 'postgres' and 'redis' restart that server while clients post intents, "
-        "'web' SIGKILLs gunicorn workers and the master. Prints the counts (acknowledged "
-        "against stored, 503s with Retry-After, tracebacks, latency, recovery of the workers) "
+        "'web' SIGKILLs gunicorn workers and the master; 'failover-sync' SIGKILLs the primary "
+        "of a pair with a synchronous standby and promotes the standby. Prints the counts "
+        "(acknowledged against stored, 503s with Retry-After, tracebacks, latency, recovery of "
+        "the workers) "
         "and exits 1 when a check fails."
     )
 
@@ -62,6 +65,9 @@ class Command(BaseCommand):
         o["report"].write_text(json.dumps([r.as_json() for r in reports], indent=2))
         for report in reports:
             self.stdout.write(report.table())
+        for report in reports:
+            if report.drill.startswith("failover"):
+                self.stdout.write(summary_line(report))
         self.stdout.write(f"report: {o['report']}")
         failed = [r.drill for r in reports if not r.ok]
         if failed:
