@@ -175,7 +175,10 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend, refusing accounts linked to the identity provider (reviews.sso).
+    "reviews.sso.backends.LocalPasswordBackend",
+    # Single sign-on (OpenID Connect); inert while LEDGER_OIDC_* is unset.
+    "reviews.sso.backends.ProviderBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = 1  # hours
@@ -408,3 +411,14 @@ LOGGING = {
         "axes": {"level": "WARNING"},
     },
 }
+
+# --- Single sign-on: OpenID Connect (reviews.sso, ADR 0013) ----------------------------------
+# Off while no LEDGER_OIDC_* variable is set: the pages sign in with local accounts only.
+# reviews.sso.config.django_settings checks every value (a mistake stops the process here) and
+# sets LEDGER_SSO, LEDGER_LOCAL_LOGIN and mozilla-django-oidc's OIDC_* settings.
+from reviews.sso.config import django_settings as _sso_settings  # noqa: E402
+
+globals().update(_sso_settings(os.environ))
+# Innermost of the pages' middleware: it renews SSO sessions past LEDGER_OIDC_REFRESH_SECONDS,
+# and its answer still gets the CSP header.
+PAGE_MIDDLEWARE.append("reviews.sso.middleware.SsoSessions")

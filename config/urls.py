@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
 from django.utils.functional import lazy
@@ -7,10 +6,14 @@ from django.views.generic import RedirectView
 
 from ledger.api.endpoints import api
 from ledger.observability.metrics import metrics_view
+from reviews.sso import views as sso
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", sso.SignInView.as_view(), name="login"),
+    path("logout/", sso.SignOutView.as_view(), name="logout"),
+    # Single sign-on's round trip (reviews.sso); 404 while it is not configured.
+    path("oidc/authenticate/", sso.SsoStart.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", sso.SsoCallback.as_view(), name="oidc_authentication_callback"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("metrics", metrics_view, name="metrics"),

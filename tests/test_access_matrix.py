@@ -39,6 +39,8 @@ from ledger.models import (
     Tool,
 )
 from ledger.policy.roles import ADMIN, grant
+from reviews.models import Identity
+from reviews.sso.people import person_of
 from tests.helpers import PASSWORD
 
 ROLES = ("anonymous", "no role", "auditor", "operator", "admin")
@@ -61,6 +63,22 @@ NOT_FOUND: Statuses = (404, 404, 404, 404, 404)
 EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "login/": ((200, 302, 302, 302, 302), (200, 302, 302, 302, 302)),
     "logout/": (WRONG_METHOD, REDIRECTED),
+    # Single sign-on's round trip: not found while it is not configured (as here).
+    "oidc/authenticate/": (NOT_FOUND, WRONG_METHOD),
+    "oidc/callback/": (NOT_FOUND, WRONG_METHOD),
+    # People and their bindings to the identity provider; bindings are made by signing in only.
+    "admin/reviews/person/": (STAFF, STAFF),
+    "admin/reviews/person/add/": (STAFF, STAFF),
+    "admin/reviews/person/<path:object_id>/history/": (STAFF, STAFF),
+    "admin/reviews/person/<path:object_id>/delete/": (STAFF, STAFF),
+    "admin/reviews/person/<path:object_id>/change/": (STAFF, STAFF),
+    "admin/reviews/person/<path:object_id>/": (REDIRECTED, REDIRECTED),
+    "admin/reviews/identity/": (STAFF, STAFF),
+    "admin/reviews/identity/add/": (STAFF_REFUSED, STAFF_REFUSED),
+    "admin/reviews/identity/<path:object_id>/history/": (STAFF, STAFF),
+    "admin/reviews/identity/<path:object_id>/delete/": (STAFF, STAFF),
+    "admin/reviews/identity/<path:object_id>/change/": (STAFF, REDIRECTED),
+    "admin/reviews/identity/<path:object_id>/": (REDIRECTED, REDIRECTED),
     "admin/": (STAFF, STAFF),
     "admin/login/": ((200, 200, 200, 200, 302), PUBLIC),
     "admin/logout/": (STAFF_WRONG_METHOD, REDIRECTED),
@@ -260,7 +278,7 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "admin/ledger/incident/<path:object_id>/delete/": (STAFF_REFUSED, STAFF_REFUSED),
     "admin/ledger/incident/<path:object_id>/change/": (STAFF, STAFF_REFUSED),
     "admin/ledger/incident/<path:object_id>/": (REDIRECTED, REDIRECTED),
-    "admin/^(?P<app_label>auth|django_rq|django_q|axes|ledger)/$": (STAFF, STAFF),
+    "admin/^(?P<app_label>auth|django_rq|django_q|axes|ledger|reviews)/$": (STAFF, STAFF),
     "admin/(?P<url>.*)$": (STAFF_NOT_FOUND, STAFF_NOT_FOUND),
     "api/v1/openapi.json": (PUBLIC, PUBLIC),
     "api/v1/docs": (PUBLIC, PUBLIC),
@@ -435,6 +453,14 @@ def samples(alice, make_effect, olga, audrey, nemo, ada, rq_jobs) -> dict[str, S
         # Made only when a route asks: the rest of the matrix runs with no team at all.
         "ledger.team": lambda: str(Team.objects.get_or_create(name="sample", slug="sample")[0].pk),
         "ledger.allteamsgrant": lambda: str(AllTeamsGrant.objects.get_or_create(user=nemo)[0].pk),
+        "reviews.person": lambda: str(person_of(nemo).pk),
+        "reviews.identity": lambda: str(
+            Identity.objects.get_or_create(
+                issuer="https://idp.example.com",
+                subject="matrix",
+                defaults={"user": User.objects.create_user("matrix-sso")},
+            )[0].pk
+        ),
         "auth.user": str(nemo.id),
         "auth.group": str(olga.groups.get().id),
     }

@@ -9,7 +9,9 @@ Two things wait for a second pair of eyes (`reviews.decisions.decide` records th
   reject drops it.
 
 Never the one who asked (the agent or operator whose intent it was, or the proposer), and never
-an agent: agents have no way to decide at all (decisions are made through operator pages).
+an agent: agents have no way to decide at all (decisions are made through operator pages). The
+one who asked is a *person*: another account of theirs (a local account and an SSO account that
+an admin linked, `reviews.models.Person`) is refused as well (`is_asker`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ledger.containment.four_eyes import requester
 from ledger.effects.states import Status
 from ledger.errors import InvalidTransition, Refused
 from ledger.models import Effect, RetryProposal
+from reviews.sso.people import same_person
 
 
 class SecondPairNeeded(Refused):
@@ -56,6 +59,17 @@ def asked_by(effect: Effect, proposal: RetryProposal | None) -> str:
     return actor.removeprefix("operator:") if actor.startswith("operator:") else ""
 
 
+def is_asker(asker: str, user: User | None) -> bool:
+    """Whether `user` is the person who asked (`asker`, a username from `asked_by`): the same
+    account, or another account of the same person."""
+    if not asker or user is None:
+        return False
+    if asker == user.get_username():
+        return True
+    account = User.objects.filter(username=asker).first()
+    return account is not None and same_person(account, user)
+
+
 def waits_for_second_pair(effect: Effect) -> tuple[bool, str]:
     """(whether the effect waits for a four-eyes decision, who asked for it)."""
     if effect.status == Status.AWAITING_APPROVAL:
@@ -76,7 +90,7 @@ def check_second_pair(effect: Effect, user: User) -> RetryProposal | None:
             f"Nothing waits for approval on this effect (it is {effect.status}).",
             status=effect.status,
         )
-    if asked_by(effect, proposal) == user.get_username():
+    if is_asker(asked_by(effect, proposal), user):
         raise SecondPairNeeded(
             "You asked for this yourself: four-eyes needs another operator to decide.",
             status=effect.status,

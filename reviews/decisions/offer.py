@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from ledger.effects.states import Kind
 from ledger.errors import Refused
 from ledger.models import Effect, ReviewItem
-from reviews.decisions.approvals import waits_for_second_pair
+from reviews.decisions.approvals import is_asker, waits_for_second_pair
 from reviews.decisions.declaration import MISMATCH_REASONS, Action, by_hand_compensation
 from reviews.decisions.evidence import Evidence, evidence_of
 from reviews.decisions.grounds import resend_ground
@@ -73,7 +73,7 @@ def allowed_actions(
     if waits:
         if Action.RETRY in actions:
             actions.remove(Action.RETRY)  # one proposal at a time
-        if user is None or user.get_username() != asker:
+        if user is not None and not is_asker(asker, user):
             actions += [a for a, k in KINDS.items() if k.four_eyes]
     if by_hand_compensation(effect):
         actions += [a for a, k in KINDS.items() if k.by_hand and a not in actions]

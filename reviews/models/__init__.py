@@ -1,5 +1,7 @@
-"""The operator pages' own tables: notes on review items, saved filters and bulk jobs. The
+"""The operator pages' own tables: notes on review items, saved filters and bulk jobs, and
+people with their accounts and identities at the provider (`people`). The
 review queue itself (`ReviewItem`) is the ledger's (`ledger.models.review`)."""
 
 from reviews.models.notes import *  # noqa: F403
 from reviews.models.operator import *  # noqa: F403
+from reviews.models.people import *  # noqa: F403

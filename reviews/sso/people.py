@@ -1,0 +1,191 @@
+"""Accounts bound to the identity provider, and the persons behind accounts.
+
+An SSO account is found by its (issuer, subject) alone: an email address or a name that the
+provider sends is never used to find an account, so two people who swap addresses, or a new
+hire given a leaver's address, never sign in as each other. Its username is derived from the
+same pair (`username_for`), because decisions and sealed events record `operator:<username>`
+forever; the provider's display name goes to the first and last names, which may change.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+from django.db.models.functions import Now
+
+from ledger.policy.roles import ADMIN, ROLES
+from reviews.models import Account, Identity, Person
+from reviews.sso.config import SsoConfig
+from reviews.sso.provider import SsoRefused
+
+# A subject kept as it is in the username: Django's username characters, no dot (the dot
+# separates the parts, so a hashed subject can never read as a plain one).
+PLAIN_SUBJECT = re.compile(r"[A-Za-z0-9_@+-]{1,120}")
+
+
+def _b32(data: str, length: int) -> str:
+    digest = hashlib.sha256(data.encode()).digest()
+    return base64.b32encode(digest).decode().lower()[:length]
+
+
+def username_for(issuer: str, subject: str) -> str:
+    """`sso.<issuer hash>.<subject>`, or `sso.<issuer hash>.h.<subject hash>` when the subject
+    has characters a username cannot hold or is too long: stable, at most 150 characters, and
+    different for every (issuer, subject)."""
+    prefix = f"sso.{_b32(issuer, 8)}."
+    if PLAIN_SUBJECT.fullmatch(subject):
+        return prefix + subject
+    return prefix + "h." + _b32(subject, 52)
+
+
+def claim_values(claims: dict[str, Any], name: str) -> list[str]:
+    """A claim's values: a list of strings, or one string (several, space-separated)."""
+    value = claims.get(name)
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value if isinstance(v, str | int)]
+    return []
+
+
+def roles_from(config: SsoConfig, claims: dict[str, Any]) -> set[str]:
+    """The ledger roles the role claim maps to (possibly none)."""
+    return {config.roles[v] for v in claim_values(claims, config.role_claim) if v in config.roles}
+
+
+def set_roles(user: User, roles: set[str]) -> None:
+    """Make the user's role groups exactly `roles`: one removed at the provider goes here too."""
+    wanted = [Group.objects.get_or_create(name=role)[0] for role in sorted(roles)]
+    user.groups.remove(*Group.objects.filter(name__in=ROLES).exclude(name__in=roles))
+    user.groups.add(*wanted)
+    admin = ADMIN in roles
+    if user.is_staff != admin or user.is_superuser != admin:
+        user.is_staff = user.is_superuser = admin
+        user.save(update_fields=["is_staff", "is_superuser"])
+    user.__dict__.pop("_ledger_roles", None)
+
+
+def _names(user: User, claims: dict[str, Any]) -> None:
+    first = str(claims.get("given_name") or "")[:150]
+    last = str(claims.get("family_name") or "")[:150]
+    if not first and not last:
+        first = str(claims.get("name") or claims.get("preferred_username") or "")[:150]
+    email = str(claims.get("email") or "")[:254]
+    if (user.first_name, user.last_name, user.email) != (first, last, email):
+        user.first_name, user.last_name, user.email = first, last, email
+        user.save(update_fields=["first_name", "last_name", "email"])
+
+
+def _create(issuer: str, subject: str) -> User:
+    username = username_for(issuer, subject)
+    if User.objects.filter(username=username).exists():
+        # Someone made a local account with this name: it is not theirs to take over.
+        raise SsoRefused(
+            f"The account name {username} is held by another account; an administrator must "
+            "rename that account before you can sign in.",
+            reason="username_taken",
+        )
+    user = User.objects.create_user(username)  # no usable password: it signs in through SSO
+    Identity.objects.create(issuer=issuer, subject=subject, user=user)
+    Account.objects.create(user=user, person=Person.objects.create())
+    return user
+
+
+@transaction.atomic
+def bind(config: SsoConfig, claims: dict[str, Any]) -> User:
+    """The account of the person the verified claims name, created at their first sign-in, with
+    names, roles and teams brought up to date. `SsoRefused` when no role is mapped or the
+    account was deactivated here."""
+    issuer, subject = str(claims["iss"]), str(claims["sub"])
+    roles = roles_from(config, claims)
+    if not roles:
+        raise SsoRefused(
+            "You are signed in at the identity provider, but none of your groups gives you a "
+            "role in Effect Ledger (operator, auditor or admin). Ask your administrator to add "
+            "you to one of the groups mapped to a role.",
+            reason="no_role",
+        )
+    identity = Identity.objects.select_related("user").filter(issuer=issuer, subject=subject)
+    found = identity.first()
+    user = found.user if found else _create(issuer, subject)
+    if not user.is_active:
+        raise SsoRefused("This account is deactivated in Effect Ledger.", reason="inactive")
+    Identity.objects.filter(user=user).update(last_seen_at=Now())
+    _names(user, claims)
+    set_roles(user, roles)
+    Person.objects.filter(accounts__user=user, name="").update(name=user.get_full_name())
+    if config.team_claim:
+        from ledger.policy.teams import set_teams_from_claim
+
+        set_teams_from_claim(user, claim_values(claims, config.team_claim))
+    return user
+
+
+def person_id(user: User | None) -> int | None:
+    """The person the account belongs to, or None when it is a person of its own."""
+    if user is None or user.pk is None:
+        return None
+    return Account.objects.filter(user=user).values_list("person_id", flat=True).first()
+
+
+def same_person(a: User | None, b: User | None) -> bool:
+    """Whether two accounts are one human's: the same account, or linked to one person."""
+    if a is None or b is None:
+        return False
+    if a.pk == b.pk:
+        return True
+    mine = person_id(a)
+    return mine is not None and mine == person_id(b)
+
+
+def accounts_of(user: User) -> Iterable[User]:
+    """Every account of the user's person (the user alone when unlinked)."""
+    pid = person_id(user)
+    if pid is None:
+        return [user]
+    return User.objects.filter(ledger_account__person_id=pid).order_by("pk")
+
+
+def linked_to_provider(user: User) -> bool:
+    """Whether the account's person signs in through the identity provider: the account is an
+    SSO account, or is linked to a person who has one. Such accounts sign in through SSO only."""
+    if Identity.objects.filter(user=user).exists():
+        return True
+    pid = person_id(user)
+    return pid is not None and Identity.objects.filter(user__ledger_account__person_id=pid).exists()
+
+
+@transaction.atomic
+def link(user: User, other: User) -> Person:
+    """Make `other` an account of `user`'s person (both persons merge into one)."""
+    if user.pk == other.pk:
+        return person_of(user)
+    keep = person_of(user)
+    was = person_of(other)
+    if was.pk != keep.pk:
+        Account.objects.filter(person=was).update(person=keep)
+        was.delete()
+    return keep
+
+
+def person_of(user: User) -> Person:
+    """The user's person, created for it when it has none yet."""
+    account = Account.objects.select_related("person").filter(user=user).first()
+    if account is not None:
+        return account.person
+    person = Person.objects.create(name=user.get_full_name() or user.get_username())
+    Account.objects.create(user=user, person=person)
+    return person
+
+
+@transaction.atomic
+def unlink(user: User) -> Person:
+    """Give the account a person of its own again."""
+    Account.objects.filter(user=user).delete()
+    return person_of(user)
