@@ -8,11 +8,16 @@ a list search: only such a not-found can prove that the provider never got the r
 (`lookup_proves_absence`); a 404 or a single-object answer cannot. It never raises for
 anything the provider says or fails to say: timeouts, 5xx, garbage and answers that do not
 echo our key are all inconclusive. Adapters are called outside any database transaction.
+
+Adapters that can also list what the provider did in a time window (`list_window(start, end)`,
+a `Listing`) let restore mode account for a window the ledger's database lost
+(`reconcilers.gapsweep`). The same rule holds: anything short of every page is incomplete.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
 
 import httpx
@@ -79,6 +84,30 @@ class Sent:
     provider_ref: str = ""
     response: Any = None
     error: Any = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record the provider lists for a time window (`list_window`), in the ledger's terms:
+    `reference` is the idempotency key the provider kept for it ("" when it keeps none)."""
+
+    provider_ref: str
+    reference: str
+    type: str  # charge | refund | capture | reversal | fee
+    status: str  # succeeded | pending | failed
+    amount_minor: int
+    currency: str
+    occurred_at: datetime
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a provider listed for a window: complete (every record, all pages), or not, with
+    why. Only a complete listing can account for the window."""
+
+    complete: bool
+    records: tuple[Record, ...] = ()
+    detail: str = ""
 
 
 class Adapter(Protocol):

@@ -12,11 +12,16 @@ key at `key`, otherwise the answer proves nothing. A provider that answers with 
 instead (`single_object = true`: the record at `records`, or none) can be asked too, but its
 "none", like a 404 taken as not found (`not_found_on_404 = true`), never proves absence: only a
 list answer can (`answers_with_lists`, `lookup_proves_absence`).
+
+With `window_url` (a template with {start} and {end}) it also lists what the provider created in
+a window, for restore mode (`list_window`); `created` is the path of each record's creation time
+(ISO 8601), `next` the path of the next page's URL when the provider pages.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -24,13 +29,18 @@ import httpx
 
 from ledger.models import Effect
 from reconcilers.adapters import (
+    Listing,
     Lookup,
+    Record,
     duplicate,
     found,
     http_client,
     inconclusive,
     not_found,
 )
+
+# Pages a window listing may follow before it gives up (and is retried a minute later).
+MAX_PAGES = 500
 
 
 def _at(value: Any, path: str) -> Any:
@@ -90,12 +100,67 @@ class HttpLookup:
         record = records[0]
         state = _at(record, self.config.get("status", "status"))
         ref = _at(record, ref_path)
-        if state in self.config.get("confirmed", ["confirmed", "succeeded"]):
-            status = "confirmed"
-        elif state in self.config.get("failed", ["failed"]):
-            status = "failed"
-        else:
-            status = "pending"
+        status = self._status(state)
         if not isinstance(ref, (str, int)):
             return inconclusive("provider record lacks a reference")
         return replace(found(str(ref), status, answer=record), listed=listed)
+
+    @staticmethod
+    def lists_windows(config: dict[str, Any]) -> bool:
+        """Only with a `window_url` configured."""
+        return isinstance(config.get("window_url"), str)
+
+    def _status(self, state: Any) -> str:
+        if state in self.config.get("confirmed", ["confirmed", "succeeded"]):
+            return "confirmed"
+        if state in self.config.get("failed", ["failed"]):
+            return "failed"
+        return "pending"
+
+    def list_window(self, start: datetime, end: datetime) -> Listing:
+        """Every record the provider created in [start, end), when a `window_url` template
+        with {start} and {end} (ISO 8601, UTC) is configured; pages followed through the
+        answer's `next` (a dotted path to the next page's URL, when configured)."""
+        template = self.config.get("window_url")
+        if not isinstance(template, str) or "{start}" not in template or "{end}" not in template:
+            return Listing(False, detail="http_lookup needs a window_url with {start} and {end}")
+        url: Any = template.replace("{start}", quote(start.isoformat(), safe="")).replace(
+            "{end}", quote(end.isoformat(), safe="")
+        )
+        records: list[Record] = []
+        for _ in range(MAX_PAGES):
+            try:
+                response = http_client().get(url, timeout=float(self.config.get("timeout", 5)))
+                body = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError) as exc:
+                return Listing(False, detail=f"no list ({type(exc).__name__})")
+            page = _at(body, self.config.get("records", "data"))
+            if not isinstance(page, list) or not all(isinstance(r, dict) for r in page):
+                return Listing(False, detail=f"answer {response.status_code} has no list")
+            try:
+                records += [self._record(r) for r in page]
+            except (TypeError, ValueError) as exc:
+                return Listing(False, detail=f"a record the ledger cannot read ({exc})")
+            url = _at(body, self.config["next"]) if self.config.get("next") else None
+            if not url:
+                return Listing(True, tuple(records))
+        return Listing(False, detail=f"more than {MAX_PAGES} pages")
+
+    def _record(self, record: dict[str, Any]) -> Record:
+        ref = _at(record, self.config.get("ref", "id"))
+        created = _at(record, self.config.get("created", "created_at"))
+        if not isinstance(ref, (str, int)) or not isinstance(created, str):
+            raise ValueError("no reference or creation time")
+        status = {"confirmed": "succeeded", "failed": "failed"}.get(
+            self._status(_at(record, self.config.get("status", "status"))), "pending"
+        )
+        occurred = datetime.fromisoformat(created)
+        return Record(
+            provider_ref=str(ref),
+            reference=str(_at(record, self.config.get("key", "idempotency_key")) or ""),
+            type="charge",
+            status=status,
+            amount_minor=0,
+            currency="",
+            occurred_at=occurred if occurred.tzinfo else occurred.replace(tzinfo=UTC),
+        )

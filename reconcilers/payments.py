@@ -3,8 +3,10 @@ found by idempotency key, checked against what we asked for before they count.""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, ClassVar
 
 import httpx
@@ -12,7 +14,9 @@ import httpx
 from ledger.models import Effect
 from ledger.provider.matching import differences, is_refund
 from reconcilers.adapters import (
+    Listing,
     Lookup,
+    Record,
     Sent,
     duplicate,
     found,
@@ -23,6 +27,8 @@ from reconcilers.adapters import (
 from reconcilers.statement_fetch import fetch_sandbox_statement
 
 DEFAULT_TIMEOUT = 5.0
+# Pages of 100 a window listing may take before it gives up (and is retried a minute later).
+MAX_PAGES = 500
 _PROVIDER_STATUS = {"succeeded": "confirmed", "pending": "pending", "failed": "failed"}
 
 
@@ -35,6 +41,11 @@ class SandboxPayments:
     def answers_with_lists(config: dict[str, Any]) -> bool:
         """Its lookup is a list search by key (`GET /charges?idempotency_key=`), always."""
         return True
+
+    @staticmethod
+    def lists_windows(config: dict[str, Any]) -> bool:
+        """Its list API takes a creation-time range, once it knows where the provider is."""
+        return bool(config.get("base_url"))
 
     @property
     def base_url(self) -> str:
@@ -120,6 +131,49 @@ class SandboxPayments:
             return Sent("unknown", response=body)
         return Sent(outcome, provider_ref=ref, response=body)
 
+    def list_window(self, start: datetime, end: datetime) -> Listing:
+        """Every charge and refund the provider created in [start, end), page by page (its
+        list API: `created[gte]`, `created[lt]`, `starting_after`)."""
+        if not self.base_url:
+            return Listing(False, detail="no base_url configured for the payments provider")
+        records: list[Record] = []
+        for collection in ("charges", "refunds"):
+            listed = self._list_all(collection, start, end)
+            if isinstance(listed, str):
+                return Listing(False, detail=listed)
+            records += listed
+        return Listing(True, tuple(records))
+
+    def _list_all(self, collection: str, start: datetime, end: datetime) -> list[Record] | str:
+        """Every record of one collection in the window, or why not."""
+        params: dict[str, Any] = {
+            "limit": 100,
+            "created[gte]": math.floor(start.timestamp()),
+            "created[lt]": math.ceil(end.timestamp()),
+        }
+        records: list[Record] = []
+        for _ in range(MAX_PAGES):
+            try:
+                response = http_client().get(
+                    f"{self.base_url}/{collection}",
+                    params=params,
+                    timeout=float(self.config.get("timeout", DEFAULT_TIMEOUT)),
+                )
+                body = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError) as exc:
+                return f"{collection}: no list ({type(exc).__name__})"
+            data = body.get("data") if isinstance(body, dict) else None
+            if not isinstance(data, list) or body.get("object") != "list":
+                return f"{collection}: the provider answered {response.status_code} without a list"
+            try:
+                records += [_record(item) for item in data]
+            except (KeyError, TypeError, ValueError) as exc:
+                return f"{collection}: a record the ledger cannot read ({exc})"
+            if not body.get("has_more"):
+                return records
+            params["starting_after"] = data[-1]["id"]
+        return f"{collection}: more than {MAX_PAGES} pages"
+
     def fetch_statement(self, period_start: datetime, period_end: datetime) -> tuple[str, bytes]:
         """The provider's statement of [period_start, period_end): a file name whose extension
         says its format, and its content (`reconcilers.statement_fetch`)."""
@@ -131,3 +185,19 @@ class SandboxPayments:
         if not isinstance(ref, str) or not ref or status is None:
             return inconclusive("provider record lacks an id or a known status")
         return found(ref, status, differences(effect, record), answer=record)
+
+
+def _record(item: dict[str, Any]) -> Record:
+    """A listed charge or refund in the ledger's terms (amounts exact, in minor units)."""
+    status = str(item["status"])
+    if status not in ("succeeded", "pending", "failed"):
+        raise ValueError(f"status {status!r}")
+    return Record(
+        provider_ref=str(item["id"]),
+        reference=str(item.get("idempotency_key") or ""),
+        type="refund" if item["object"] == "refund" else "charge",
+        status=status,
+        amount_minor=int(Decimal(str(item["amount"])).scaleb(2)),
+        currency=str(item["currency"]).upper(),
+        occurred_at=datetime.fromtimestamp(int(item["created"]), UTC),
+    )

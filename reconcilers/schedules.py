@@ -95,6 +95,12 @@ SCHEDULES = {
         "func": "ledger.restore.mode.watch",
         "minutes": 1,
     },
+    # While restore mode is on: the providers' records of the lost window, each matched to an
+    # effect or raised as an incident (reconcilers.gapsweep).
+    "restore-gap-sweep": {
+        "func": "reconcilers.gapsweep.run",
+        "minutes": 1,
+    },
     "seal-events": {
         "func": "ledger.audit.seal.seal_all",
         "minutes": 1,

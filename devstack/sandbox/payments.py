@@ -482,6 +482,17 @@ class PaymentsProvider(Provider):
             if name in request.query:
                 clauses.append(f"t.{column} = ?")
                 args.append(request.query[name])
+        # As Stripe's lists: a creation-time range (unix seconds) and a cursor, newest first.
+        for name, operator in (("created[gte]", ">="), ("created[lt]", "<")):
+            if name in request.query:
+                try:
+                    args.append(int(request.query[name]))
+                except ValueError:
+                    raise invalid(f"`{name}` must be a unix time in seconds.") from None
+                clauses.append(f"t.created {operator} ?")
+        if "starting_after" in request.query:
+            clauses.append("t.seq < (SELECT s.seq FROM transactions s WHERE s.id = ?)")
+            args.append(request.query["starting_after"])
         with self.store.reading() as db:
             rows = db.execute(
                 _SELECT + f" WHERE {' AND '.join(clauses)} ORDER BY t.seq DESC LIMIT ?",

@@ -146,4 +146,17 @@ class Migration(migrations.Migration):
                 ),
             ],
         ),
+        migrations.AlterField(
+            model_name="statementimport",
+            name="origin",
+            field=models.CharField(
+                choices=[
+                    ("command", "Command"),
+                    ("upload", "Upload"),
+                    ("fetch", "Fetch"),
+                    ("sweep", "Sweep"),
+                ],
+                max_length=16,
+            ),
+        ),
     ]

@@ -20,6 +20,9 @@ class Origin(models.TextChoices):
     COMMAND = "command"  # manage.py importstatement
     UPLOAD = "upload"  # an operator's upload form
     FETCH = "fetch"  # an adapter's fetch_statement, on the daily schedule
+    # Restore mode's listing of a lost window (`ledger.restore.gap`): provisional, its lines
+    # matched or raised as incidents, never a revision of a real statement.
+    SWEEP = "sweep"
 
 
 class Phase(models.TextChoices):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -47,16 +47,15 @@ from ledger.models import (
     ReviewItem,
 )
 from ledger.policy import agentkeys, configversion
+from ledger.restore import gap
 from ledger.restore import witness as witnesses
+from ledger.restore.state import LONGEST_LEASE
 
 log = logging.getLogger(__name__)
 
 REASON = "restored_gap"
 ACTOR = "system:restore"
 DECISIONS_RUN = "restores"
-# The longest lease an agent can take (the API's bound on lease_seconds): an effect claimed
-# that long before the loss may have reported its outcome inside the lost window.
-LONGEST_LEASE = timedelta(seconds=3600)
 # With no witness, how far each sequence jumps: further than any lost window can have used.
 SEQUENCE_MARGIN = 1_000_000
 # Effects moved per transition_many call while entering.
@@ -245,12 +244,26 @@ def end(*, reason: str, by: str) -> RestoreWindow:
     return window
 
 
+def left_to_check(window: RestoreWindow) -> dict[str, Any]:
+    """What keeps the window open: effects in doubt, tools not swept, statements missing."""
+    return {
+        "unchecked": unchecked(),
+        "unswept": gap.unswept(window),
+        "statements_missing": gap.statements_missing(window),
+    }
+
+
 def end_if_checked() -> RestoreWindow | None:
-    """End the open window once every effect it put in doubt is settled. Returns it if ended."""
+    """End the open window once every effect it put in doubt is settled, every tool that can
+    list the window has been swept, and every tool settled by statements has a final statement
+    covering it. Returns the window if ended."""
     window = current()
-    if window is None or unchecked():
+    if window is None or any(left_to_check(window).values()):
         return None
-    return end(reason="Every effect put in doubt has been settled.", by=ACTOR)
+    return end(
+        reason="Every effect put in doubt is settled, and the lost window is accounted for.",
+        by=ACTOR,
+    )
 
 
 def check_witness() -> Entered | None:
@@ -311,7 +324,8 @@ def status() -> dict[str, Any]:
         "source": window.source,
         "reason": window.reason,
         "in_doubt": window.applied.get("in_doubt", 0),
-        "unchecked": unchecked(),
+        **left_to_check(window),
+        "swept": window.applied.get("swept", {}),
         "halts_set_again": len(window.applied.get("halts", [])),
         "keys_revoked_again": len(window.applied.get("revoked_keys", [])),
     }

@@ -12,13 +12,18 @@ the key is within the provider's memory of it (`key_ttl`, counted from `lost_sin
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
 from ledger.models import RestoreWindow
 from ledger.policy import configversion
+
+# The longest lease an agent can take (the API's bound on lease_seconds): an effect claimed that
+# long before the loss may have reported its outcome inside the lost window, so the window
+# reaches back this far.
+LONGEST_LEASE = timedelta(seconds=3600)
 
 _cache: configversion.VersionedCache[tuple[datetime | None]] = configversion.VersionedCache()
 

@@ -24,6 +24,7 @@ from django.db import connection, transaction
 
 from ledger.audit.redaction import excerpt, scrub_cards
 from ledger.models import LineType, StatementImport, StatementLine, Tool
+from ledger.models.statements import Origin
 from ledger.statements.parse import (
     STAGE_COLUMNS,
     HashingReader,
@@ -152,8 +153,8 @@ def _revise(cursor: Any, made: StatementImport, stage_table: str) -> dict[str, A
     """Diff the file against the current lines already imported for its period."""
     cursor.execute(
         f"SELECT id FROM {_IMPORTS} WHERE tool = %s AND id <> %s "
-        "AND period_start < %s AND period_end > %s ORDER BY id",
-        [made.tool, made.pk, made.period_end, made.period_start],
+        "AND period_start < %s AND period_end > %s AND origin <> %s ORDER BY id",
+        [made.tool, made.pk, made.period_end, made.period_start, Origin.SWEEP.value],
     )
     overlapping = [i for (i,) in cursor.fetchall()]
     if not overlapping:

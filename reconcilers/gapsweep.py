@@ -1,0 +1,52 @@
+"""Restore mode's sweep of the lost window, every minute while the mode is on.
+
+For each declared tool whose adapter, as configured, can list a time window (`lists_windows`,
+`list_window`), the provider's
+records from `lost_since` less the longest lease to the moment the mode began are listed, and
+`ledger.restore.gap.account_for` matches each to an effect or opens an incident. A listing that
+is not complete (a page missing, the provider down) is tried again a minute later; each tool is
+swept once per window. Which tools are due is recorded on the window first, so restore mode does
+not end by itself before every one of them is swept.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ledger.models import Tool
+from ledger.restore import gap, mode
+from ledger.restore.state import LONGEST_LEASE
+from reconcilers.registry import adapter_for
+
+log = logging.getLogger(__name__)
+
+
+def _lists(adapter: Any, tool: Tool) -> bool:
+    """Whether the tool's adapter, as configured, can list a window (`lists_windows`)."""
+    lists = getattr(adapter, "lists_windows", None)
+    return lists is not None and lists(dict(tool.reconciler_config or {}))
+
+
+def run() -> dict[str, Any]:
+    window = mode.current()
+    if window is None:
+        return {}
+    listing_tools = {
+        tool.name: (tool, adapter)
+        for tool in Tool.objects.order_by("name")
+        if _lists(adapter := adapter_for(tool), tool)
+    }
+    gap.sweeps_due(window, list(listing_tools))
+    start, end = window.lost_since - LONGEST_LEASE, window.started_at
+    done: dict[str, Any] = {}
+    for name in gap.unswept(mode.current() or window):
+        tool, adapter = listing_tools[name]
+        listing = adapter.list_window(start, end)
+        if not listing.complete:
+            log.warning("restore sweep of %s: %s; trying again in a minute", name, listing.detail)
+            done[name] = {"incomplete": listing.detail}
+            continue
+        done[name] = gap.account_for(window, tool, start, end, listing.records)
+        log.warning("restore sweep of %s: %s", name, done[name])
+    return done

@@ -1,0 +1,127 @@
+"""Restore mode accounts for the lost window: the payments sandbox (a real process) lists what it
+did in the window, every record is matched to an effect or raised as an incident, and the mode
+does not end by itself before every tool that can list the window has been swept and every tool
+settled by statements has a final statement covering it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from ledger.models import Alert, AlertKind, Effect, Incident, StatementImport, StatementLine
+from ledger.models.statements import Origin
+from ledger.restore import gap, mode
+from reconcilers import gapsweep
+from reconcilers.registry import adapter_for
+from tests.factories import charge
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BODY = {"amount": "12.00", "currency": "EUR", "account": "acct_7"}
+
+
+def _begin() -> None:
+    mode.begin(lost_since=timezone.now() - timedelta(minutes=5), reason="PITR", by="shell:t")
+
+
+def test_the_payments_adapter_lists_a_window_page_by_page(provider, tools):
+    for n in range(130):
+        assert charge(provider, f"key-{n}", BODY).status_code == 201
+    listing = adapter_for(tools["charge_card"]).list_window(
+        timezone.now() - timedelta(minutes=1), timezone.now() + timedelta(seconds=2)
+    )
+    assert listing.complete, listing.detail
+    assert len(listing.records) == 130  # two pages of charges, none of refunds
+    assert {r.reference for r in listing.records} == {f"key-{n}" for n in range(130)}
+    assert {(r.amount_minor, r.currency, r.type) for r in listing.records} == {
+        (1200, "EUR", "charge")
+    }
+    later = adapter_for(tools["charge_card"]).list_window(
+        timezone.now() + timedelta(minutes=1), timezone.now() + timedelta(minutes=2)
+    )
+    assert later.complete and later.records == ()
+
+
+def test_every_record_of_the_window_is_matched_or_raised_as_an_incident(provider, tools, alice):
+    ours = alice.intent("run-g", "charge", tool="charge_card", target="acct_7", request=BODY)
+    key = Effect.objects.get(pk=ours["id"]).idempotency_key
+    assert charge(provider, key, BODY).status_code == 201  # the effect's own charge
+    assert charge(provider, "a-key-the-ledger-lost", BODY).status_code == 201
+    _begin()
+    window = mode.current()
+    assert "charge_card" in gap.unswept(window) or gap.unswept(window)
+
+    swept = gapsweep.run()
+
+    assert swept["charge_card"] == {"records": 2, "matched": 1, "incidents": 1}
+    (incident,) = Incident.objects.all()
+    assert incident.line.reference == "a-key-the-ledger-lost"
+    assert incident.line.statement.origin == Origin.SWEEP and incident.line.statement.provisional
+    assert (
+        StatementLine.objects.get(reference=key).effect_id == Effect.objects.get(pk=ours["id"]).pk
+    )
+    assert Alert.objects.filter(kind=AlertKind.INCIDENT_OPENED).count() == 1
+    # Once per window and tool: a second run changes nothing.
+    assert "charge_card" not in gapsweep.run()
+    assert Incident.objects.count() == 1
+    assert "charge_card" not in gap.unswept(mode.current())
+
+
+def test_an_incomplete_listing_is_tried_again_and_keeps_the_mode_on(provider, tools):
+    charge(provider, "k1", BODY)
+    _begin()
+    provider.set_faults(fail5xx=500, methods=("GET",))
+    assert "incomplete" in gapsweep.run()["charge_card"]
+    assert "charge_card" in gap.unswept(mode.current())
+    assert mode.end_if_checked() is None
+    provider.clear_faults()
+    assert gapsweep.run()["charge_card"]["incidents"] == 1
+
+
+def test_without_keys_a_record_is_matched_by_the_reference_an_outcome_reported(
+    start_sandbox, tools, make_effect
+):
+    keyless = start_sandbox("payments", "--ignore-keys")
+    tools["charge_card"].reconciler_config = {"base_url": keyless.url}
+    tools["charge_card"].save()
+    made = charge(keyless, None, BODY).json()
+    charge(keyless, None, BODY)  # nothing in the ledger names this one
+    make_effect("confirmed", provider_ref=made["id"])
+    _begin()
+    assert gapsweep.run()["charge_card"] == {"records": 2, "matched": 1, "incidents": 1}
+
+
+def test_the_mode_waits_for_sweeps_and_for_statements_covering_the_window(
+    provider, tools, stmt_tool
+):
+    # One provider serves the charge and its refund: both tools list it, one incident each.
+    tools["refund_card"].reconciler_config = {"base_url": provider.url}
+    tools["refund_card"].save()
+    charge(provider, "a-key-the-ledger-lost", BODY)
+    _begin()
+    window = mode.current()
+    assert gap.unswept(window) == ["(the sweep has not run yet)"]
+    assert mode.end_if_checked() is None
+    swept = gapsweep.run()
+    assert set(swept) == {"charge_card", "refund_card"}, swept  # create_ticket: no window_url
+    assert Incident.objects.count() == 1
+    assert gap.unswept(mode.current()) == []
+    # A tool settled by statements: a final one imported before, none covering the window.
+    StatementImport.objects.create(
+        tool=stmt_tool.name, filename="old.csv", sha256="0" * 64,
+        period_start=timezone.now() - timedelta(days=3),
+        period_end=timezone.now() - timedelta(days=2),
+        origin=Origin.COMMAND, imported_by="shell:t",
+    )  # fmt: skip
+    assert gap.statements_missing(mode.current()) == [stmt_tool.name]
+    assert mode.end_if_checked() is None
+    StatementImport.objects.create(
+        tool=stmt_tool.name, filename="window.csv", sha256="1" * 64,
+        period_start=timezone.now() - timedelta(days=1), period_end=timezone.now(),
+        origin=Origin.COMMAND, imported_by="shell:t",
+    )  # fmt: skip
+    assert gap.statements_missing(mode.current()) == []
+    ended = mode.end_if_checked()
+    assert ended is not None and "accounted for" in ended.end_reason
