@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 
 import pytest
 from django.contrib.auth.models import User
@@ -15,7 +16,8 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
-from ledger.models import Effect
+from ledger.models import Effect, Team
+from ledger.policy.teams import teams_of
 from reviews.decisions.approvals import SecondPairNeeded, check_second_pair, is_asker
 from reviews.decisions.declaration import Action
 from reviews.decisions.offer import allowed_actions
@@ -120,6 +122,19 @@ def test_an_account_deactivated_here_is_refused(db):
     User.objects.filter(pk=user.pk).update(is_active=False)
     with pytest.raises(SsoRefused, match="deactivated"):
         people.bind(CONFIG, claims("sub-1", ["ops"]))
+
+
+def test_teams_come_from_the_team_claim_when_one_is_configured(db):
+    payments = Team.objects.create(name="Payments", slug="payments")
+    support = Team.objects.create(name="Support", slug="support")
+    config = replace(CONFIG, team_claim="teams")
+    user = people.bind(config, claims("sub-1", ["ops"], teams=["payments", "Support", "nope"]))
+    assert teams_of(User.objects.get(pk=user.pk)) == {payments.pk, support.pk}
+    user = people.bind(config, claims("sub-1", ["ops"], teams=["payments"]))
+    assert teams_of(User.objects.get(pk=user.pk)) == {payments.pk}
+    # Without the setting, the claim changes nothing.
+    people.bind(CONFIG, claims("sub-1", ["ops"], teams=[]))
+    assert teams_of(User.objects.get(pk=user.pk)) == {payments.pk}
 
 
 # --- persons and four-eyes ---------------------------------------------------------------------

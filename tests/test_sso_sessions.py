@@ -96,3 +96,13 @@ def test_a_local_session_is_never_sent_to_the_provider(olga, settings):
     client.force_login(olga)
     assert client.get("/queue/").status_code == 200
     assert client.post("/logout/")["Location"] == "/login/"
+
+
+def test_an_htmx_request_without_a_session_is_sent_to_sign_in_as_a_whole_page(settings):
+    settings.LEDGER_SSO = CONFIG
+    response = Client().get(
+        "/queue/",
+        headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/queue/?page=2"},
+    )
+    assert response.status_code == 401
+    assert response["HX-Redirect"] == "/login/?next=%2Fqueue%2F%3Fpage%3D2"

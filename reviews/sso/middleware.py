@@ -5,7 +5,8 @@ As mozilla-django-oidc's `SessionRefresh` does, a page load past the interval go
 provider with `prompt=none`: a person still signed in there comes straight back (roles and
 teams applied again by the callback), anyone else is signed out. Unlike it, nothing is let
 through meanwhile: an htmx request is answered 401 with `HX-Redirect` to the page it came from,
-so the page reloads and renews itself instead of swapping a login page into a fragment, and
+so the page reloads and renews itself instead of swapping a login page into a fragment (an
+htmx request that the login page would answer, once the session is gone, is told the same), and
 any other request that is not a page load (a form's POST) is answered 401 with a page that says
 so, and is not carried out. The configuration is read per request.
 
@@ -103,6 +104,24 @@ def _provider_origins(config: SsoConfig) -> list[str]:
     return sorted(origins)
 
 
+def _sign_in_again(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """An htmx request sent to the login page (the session ended: signed out at the provider,
+    in another tab) is told to take the whole page there, not to swap the login page in."""
+    if request.headers.get("HX-Request") != "true" or response.status_code != 302:
+        return response
+    location = response.get("Location", "")
+    if not location.startswith(reverse("login")):
+        return response
+    answer = HttpResponse("Sign in again.", status=401)
+    answer["HX-Redirect"] = f"{reverse('login')}?{urlencode({'next': _back_path(request)})}"
+    return answer
+
+
+def _back_path(request: HttpRequest) -> str:
+    parts = urlsplit(_back_to(request))
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
 class SsoSessions:
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response
@@ -112,6 +131,7 @@ class SsoSessions:
         if config is None:
             return self.get_response(request)
         response = renew(request, config) if _lapsed(request) else self.get_response(request)
+        response = _sign_in_again(request, response)
         origins = _provider_origins(config)
         if origins:
             update = dict(getattr(response, "_csp_update", None) or {})

@@ -164,6 +164,7 @@ def test_four_eyes_holds_across_a_local_and_an_sso_account_of_one_person(
     ).check()
     confirm_decision(local, "retry")
     expect(local.locator("#four-eyes")).to_contain_text("another operator must decide")
+    local.goto("about:blank")  # the effect page's polling would follow the session's end first
 
     # The same human signs in through the provider; an admin links the two accounts.
     sub = sso.person("olga-sso", ["ledger-ops"])
