@@ -422,3 +422,16 @@ globals().update(_sso_settings(os.environ))
 # Innermost of the pages' middleware: it renews SSO sessions past LEDGER_OIDC_REFRESH_SECONDS,
 # and its answer still gets the CSP header.
 PAGE_MIDDLEWARE.append("reviews.sso.middleware.SsoSessions")
+
+# --- Partitioned history: PostgreSQL only; where `manage.py archive` writes -------------------
+# The events table is partitioned by month with PostgreSQL's declarative partitioning (ADR
+# 0016): no other backend can hold it, so any other one stops the process here.
+if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"The ledger runs on PostgreSQL only (django.db.backends.postgresql), not on "
+        f"{DATABASES['default'].get('ENGINE')!r}: its event log is partitioned by month."
+    )
+# Where `manage.py archive` writes a month's export (`--to` overrides it).
+LEDGER_ARCHIVE_DIR = env_str("LEDGER_ARCHIVE_DIR", str(BASE_DIR / "var" / "archive"))

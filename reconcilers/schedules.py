@@ -109,6 +109,12 @@ SCHEDULES = {
         "func": "ledger.audit.seal.export_head",
         "minutes": 60,
     },
+    # The events table's partitions for this month and the next three (ledger.audit.partitions):
+    # daily, so a missed run or two still leaves months in hand.
+    "event-partitions": {
+        "func": "ledger.audit.partitions.ensure_ahead",
+        "minutes": 1440,
+    },
     # Payloads of effects resolved longer ago than their tool's retention (ledger.audit.retention).
     "retention": {
         "func": "ledger.audit.retention.redact_expired",

@@ -354,6 +354,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
         "alert-sender",
         "seal-events",
         "export-chain-head",
+        "event-partitions",
     }
     assert Schedule.objects.filter(name="someone-elses").exists()
     # A cluster that was down does not replay every missed sweep, and a task is killed

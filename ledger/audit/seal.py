@@ -13,6 +13,7 @@ event of the same effect appended after it).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import logging
@@ -28,7 +29,8 @@ from django.utils import timezone
 
 from ledger import jsonenc
 from ledger.effects import digests
-from ledger.models import EffectEvent, EventKind, EventSeal
+from ledger.models import EffectEvent, EventKind, EventSeal, RestoreWindow
+from ledger.models.audit import ArchivedMonth
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.seal")
@@ -70,7 +72,13 @@ def _instant(value: datetime) -> str:
 
 def content(row: Sequence[Any]) -> str:
     """Canonical JSON of what a seal covers, from a row of `_SEALED_COLUMNS`."""
-    event_id, effect_id, kind, actor, from_status, to_status, reason, digest, created_at = row
+    return content_of([*row[:8], _instant(row[8])])
+
+
+def content_of(values: Sequence[Any]) -> str:
+    """`content` from the same values with `created_at` already as its text (`_instant`): an
+    exported event (`ledger.audit.archive`) is checked this way."""
+    event_id, effect_id, kind, actor, from_status, to_status, reason, digest, created_at = values
     return jsonenc.dumps(
         {
             "id": event_id,
@@ -81,7 +89,7 @@ def content(row: Sequence[Any]) -> str:
             "to_status": to_status,
             "reason": reason,
             "digest": digest,
-            "created_at": _instant(created_at),
+            "created_at": created_at,
         },
         canonical=True,
     )
@@ -144,13 +152,23 @@ def seal_pending(limit: int = BATCH, *, grace: int | None = None) -> int:
         rows = cursor.fetchall()
         if not rows:
             return 0
+        # Seals name their event by a plain column (no foreign key: the events table is
+        # partitioned and archived months are dropped), so the insert itself checks that each
+        # event is there, at its id and created_at, and the batch is refused whole otherwise.
         cursor.execute(
             f"INSERT INTO {_SEALS} (seq, event_id, prev_hash, hash, sealed_at) "
             f"SELECT seq, event_id, prev_hash, hash, now() "
-            f"FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[]) "
-            f"AS link(seq, event_id, prev_hash, hash)",
-            _links(rows, seq, prev_hash),
+            f"FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], "
+            f"%s::timestamptz[]) AS link(seq, event_id, prev_hash, hash, created_at) "
+            f"WHERE EXISTS (SELECT 1 FROM {_EVENTS} e "
+            f"WHERE e.id = link.event_id AND e.created_at = link.created_at)",
+            [*_links(rows, seq, prev_hash), [row[-1] for row in rows]],
         )
+        if cursor.rowcount != len(rows):
+            raise RuntimeError(
+                f"{len(rows) - cursor.rowcount} of {len(rows)} events to seal are gone: "
+                "no seal written"
+            )
     return len(rows)
 
 
@@ -284,21 +302,84 @@ class Verdict:
     grace: int
     # Sealed events whose data retention redacted (their digest kept): not a break.
     redacted: int = 0
+    # Where the walk started: the latest archive cut (`ArchivedMonth`), 0 for the genesis.
+    start: int = 0
+    # Seals past the cut whose events an archive took, as its checkpoint lists them.
+    archived: int = 0
+    # Exported heads at or below the cut (their events are archived): not checked again.
+    heads_before_start: int = 0
+    # Exported heads of a branch a restore left behind (past a window's fork_seq, exported
+    # before it started): expected to be missing or different, so counted apart.
+    lost_branch_heads: int = 0
 
     @property
     def intact(self) -> bool:
         return self.broken is None
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where verification starts: seal `seq` with its `hash`, and the ranges of seals past it
+    whose events an archive took (`beyond`, sorted [first, last] pairs)."""
+
+    seq: int
+    hash: str
+    beyond: tuple[tuple[int, int], ...] = ()
+
+    def archived(self, seq: int) -> bool:
+        index = bisect.bisect_right(self.beyond, (seq, 2**63)) - 1
+        return index >= 0 and self.beyond[index][0] <= seq <= self.beyond[index][1]
+
+
+def checkpoint() -> Checkpoint:
+    """The latest archive cut, the start of the oldest month still held; the genesis head
+    when nothing was archived."""
+    cuts = list(ArchivedMonth.objects.order_by("-cut_seq").values_list("cut_seq", "cut_hash"))
+    if not cuts:
+        return Checkpoint(0, GENESIS)
+    seq, hash_ = cuts[0]
+    beyond = []
+    for listed in ArchivedMonth.objects.values_list("beyond_cut", flat=True):
+        beyond += [(first, last) for first, last in listed if last > seq]
+    return Checkpoint(seq, hash_, tuple(sorted(beyond)))
+
+
+def _exported_at(head: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(head["exported_at"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def lost_branch(heads: Iterable[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+    """`heads` split into those to check and those of a lost branch: past the `fork_seq` of a
+    restore window and exported before that window started. A head without an export time
+    is checked."""
+    windows = list(RestoreWindow.objects.values_list("fork_seq", "started_at"))
+    kept, lost = [], []
+    for head in heads:
+        at = _exported_at(head)
+        if at and any(head["seq"] > fork and at < started for fork, started in windows):
+            lost.append(head)
+        else:
+            kept.append(head)
+    return kept, lost
+
+
 def verify(*, heads: Iterable[dict[str, Any]] = (), grace: int | None = None) -> Verdict:
-    """Recompute the chain from the rows as they are now, in seq order and constant memory.
+    """Recompute the chain from the rows as they are now, in seq order and constant memory,
+    from the latest archive checkpoint on (`checkpoint`).
 
     `heads` are previously exported heads (`load_heads`): the recomputed hash at each of
-    their seqs must still be theirs, so a chain rewritten from scratch does not pass.
+    their seqs must still be theirs, so a chain rewritten from scratch does not pass. Heads of
+    a branch a restore left behind (`lost_branch`) are counted, not checked.
     """
     grace = _grace() if grace is None else grace
-    exported = sorted((h["seq"], h["hash"]) for h in heads if h["seq"] > 0)
-    state = _Walk(exported)
+    start = checkpoint()
+    kept, lost = lost_branch(heads)
+    exported = sorted((h["seq"], h["hash"]) for h in kept if h["seq"] > start.seq)
+    state = _Walk(exported, start)
+    state.check_start([h for h in kept if 0 < h["seq"] <= start.seq])
     with transaction.atomic():
         # A server-side cursor, inside a transaction so that it streams rather than being
         # materialised for WITH HOLD.
@@ -308,7 +389,9 @@ def verify(*, heads: Iterable[dict[str, Any]] = (), grace: int | None = None) ->
                 f"SELECT s.seq, s.event_id, s.prev_hash, s.hash, s.sealed_at, "
                 f"e.id IS NOT NULL, e.data::text, coalesce({_REDACTED_SQL}, false), "
                 f"{_SEALED_COLUMNS} "
-                f"FROM {_SEALS} s LEFT JOIN {_EVENTS} e ON e.id = s.event_id ORDER BY s.seq"
+                f"FROM {_SEALS} s LEFT JOIN {_EVENTS} e ON e.id = s.event_id "
+                f"WHERE s.seq > %s ORDER BY s.seq",
+                [start.seq],
             )
             while rows := cursor.fetchmany(VERIFY_CHUNK):
                 for row in rows:
@@ -316,16 +399,7 @@ def verify(*, heads: Iterable[dict[str, Any]] = (), grace: int | None = None) ->
         finally:
             cursor.close()
         state.finish()
-        with connection.cursor() as plain:
-            # A full anti-join: the verifier reads everything anyway, and this is how a
-            # straggler below the sealer's floor is found.
-            plain.execute(
-                f"SELECT count(*), min(e.id) FROM {_EVENTS} e "
-                f"WHERE e.created_at < now() - make_interval(secs => %s) "
-                f"AND NOT EXISTS (SELECT 1 FROM {_SEALS} s WHERE s.event_id = e.id)",
-                [grace],
-            )
-            unsealed, oldest = plain.fetchone()
+        unsealed, oldest = _unsealed_late(grace)
     return Verdict(
         head=state.head,
         count=state.count,
@@ -336,7 +410,24 @@ def verify(*, heads: Iterable[dict[str, Any]] = (), grace: int | None = None) ->
         oldest_unsealed_id=oldest,
         grace=grace,
         redacted=state.redacted,
+        start=start.seq,
+        archived=state.archived,
+        heads_before_start=state.heads_before_start,
+        lost_branch_heads=len(lost),
     )
+
+
+def _unsealed_late(grace: int) -> tuple[int, int | None]:
+    with connection.cursor() as plain:
+        # A full anti-join: the verifier reads everything anyway, and this is how a
+        # straggler below the sealer's floor is found.
+        plain.execute(
+            f"SELECT count(*), min(e.id) FROM {_EVENTS} e "
+            f"WHERE e.created_at < now() - make_interval(secs => %s) "
+            f"AND NOT EXISTS (SELECT 1 FROM {_SEALS} s WHERE s.event_id = e.id)",
+            [grace],
+        )
+        return plain.fetchone()
 
 
 def verify_against_exports() -> Verdict:
@@ -348,10 +439,13 @@ def verify_against_exports() -> Verdict:
 class _Walk:
     """The verifier's running state: one seal at a time, nothing kept but the last link."""
 
-    def __init__(self, exported: list[tuple[int, str]]) -> None:
+    def __init__(self, exported: list[tuple[int, str]], start: Checkpoint) -> None:
         self.exported = exported
         self.next_export = 0
-        self.head = Head(0, GENESIS, None, None)
+        self.start = start
+        self.head = Head(start.seq, start.hash, None, None)
+        self.archived = 0
+        self.heads_before_start = 0
         self.count = 0
         self.broken: Break | None = None
         self.problems = 0
@@ -372,6 +466,27 @@ class _Walk:
                 missing, None, "exported head missing", f"seal {missing} was exported but is gone"
             )
 
+    def check_start(self, before: list[dict[str, Any]]) -> None:
+        """The cut still holds: its seal's hash is the checkpoint's, as is an exported head at
+        the cut. Heads below it are counted (their events are archived)."""
+        if self.start.seq == 0:
+            return
+        stored = EventSeal.objects.filter(seq=self.start.seq).values_list("hash", flat=True)
+        if stored.first() != self.start.hash:
+            self._fail(
+                self.start.seq, None, "checkpoint mismatch", "the seal at the archive cut changed"
+            )
+        for head in before:
+            self.heads_before_start += 1
+            if head["seq"] == self.start.seq and head["hash"] != self.start.hash:
+                self.heads_checked += 1
+                self._fail(
+                    head["seq"],
+                    None,
+                    "differs from exported head",
+                    "the archive cut is not the head exported at that seq",
+                )
+
     def step(self, row: Sequence[Any]) -> None:
         seq, event_id, prev_hash, stored_hash, sealed_at, exists, data, redacted = row[:8]
         event = row[8:]
@@ -381,7 +496,11 @@ class _Walk:
             self._fail(seq, event_id, "broken link", f"seals {expected_seq}–{seq - 1} are missing")
         elif prev_hash != self.head.hash:
             self._fail(seq, event_id, "broken link", "prev_hash is not the previous seal's hash")
-        if not exists:
+        if not exists and self.start.archived(seq):
+            # Archived with its month after the cut: the checkpoint lists it.
+            self.archived += 1
+            recomputed = stored_hash
+        elif not exists:
             self._fail(seq, event_id, "sealed event missing", f"event {event_id} is gone")
             recomputed = None
         else:

@@ -11,7 +11,9 @@ from ledger.audit.seal import load_heads, seal_all, verify
 class Command(BaseCommand):
     help = (
         "Recompute the audit chain over the event log and name its first broken link. "
-        "Events redacted by retention are counted, not reported as altered. "
+        "Events redacted by retention are counted, not reported as altered. It starts from the "
+        "latest archive checkpoint, and heads exported from a branch a restore left behind "
+        "are counted apart. "
         "Exit status 0 when the chain is intact, 1 when it is not."
     )
 
@@ -41,8 +43,23 @@ class Command(BaseCommand):
             + (f" (event {head.event_id})" if head.event_id else "")
             + f", hash {head.hash}; {verdict.count} seals checked."
         )
+        if verdict.start:
+            self.stdout.write(
+                f"Started from the archive checkpoint at seal {verdict.start} (the months before "
+                f"it are archived); {verdict.archived} sealed events past it archived with "
+                "their month."
+            )
         if heads:
             self.stdout.write(f"Checked against {verdict.heads_checked} exported heads in {heads}.")
+        if verdict.heads_before_start:
+            self.stdout.write(
+                f"{verdict.heads_before_start} exported heads are at or before the checkpoint."
+            )
+        if verdict.lost_branch_heads:
+            self.stdout.write(
+                f"{verdict.lost_branch_heads} exported heads belong to the branch a restore left "
+                "behind (past its fork, exported before it began): accepted, not checked."
+            )
         if verdict.redacted:
             self.stdout.write(
                 f"{verdict.redacted} sealed events redacted by retention: their data is gone, "
