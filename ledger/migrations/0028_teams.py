@@ -1,6 +1,7 @@
-"""Teams (issue 23, ADR 0014): `Team` with its alert channels, people's memberships (with their
+"""Teams (ADR 0014): `Team` with its alert channels, people's memberships (with their
 source: the identity provider's claim or an admin), the "all teams" grant, and a nullable
-`team` on agents and tools.
+`team` on agents and tools. Changes to the teams table move the configuration version, by
+which every process knows whether any team exists without asking on each request.
 
 Adding a nullable column with no default to the agents and tools tables changes the catalogue
 only; it takes their ACCESS EXCLUSIVE lock for an instant, which every effect insert (its
@@ -11,6 +12,8 @@ not touched.
 
 import django.db.models.deletion
 import django.db.models.functions.datetime
+import pgtrigger.compiler
+import pgtrigger.migrations
 from django.conf import settings
 from django.db import migrations, models
 
@@ -56,6 +59,21 @@ class Migration(migrations.Migration):
             options={
                 "ordering": ["name"],
             },
+        ),
+        pgtrigger.migrations.AddTrigger(
+            model_name="team",
+            trigger=pgtrigger.compiler.Trigger(
+                name="team_bumps_config",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="INSERT INTO ledger_configversion (id, version, changed_at) VALUES (1, nextval('ledger_configversion_seq'), now()) ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, changed_at = EXCLUDED.changed_at; RETURN NULL;",
+                    hash="a4ccb526be46fac4137910ef834d779bd8d0d572",
+                    level="STATEMENT",
+                    operation="INSERT OR UPDATE OR DELETE OR TRUNCATE",
+                    pgid="pgtrigger_team_bumps_config_b834b",
+                    table="ledger_team",
+                    when="AFTER",
+                ),
+            ),
         ),
         migrations.CreateModel(
             name="AllTeamsGrant",

@@ -78,6 +78,9 @@ class Team(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Whether any team exists is remembered per configuration version: a deployment
+        # without teams pays no query for them (`ledger.policy.teams.any_team`).
+        triggers = [_bumps_config_version("team_bumps_config")]
 
     def __str__(self) -> str:
         return self.name

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.signals import post_delete, post_save
 
 from ledger.models import AllTeamsGrant, MembershipSource, Team, TeamMembership, Tool
+from ledger.policy import configversion
 from ledger.policy.roles import ADMIN
 
 log = logging.getLogger(__name__)
@@ -30,7 +34,47 @@ log = logging.getLogger(__name__)
 # sign-in; one line is enough to tell an admin that a team is missing or misspelt).
 _unknown_logged: set[str] = set()
 
-_CACHE = ("_ledger_teams", "_ledger_sees_all", "_ledger_scope")
+_CACHE = ("_ledger_teams", "_ledger_sees_all", "_ledger_scope", "_ledger_any_team")
+_exists: configversion.VersionedCache[bool] = configversion.VersionedCache()
+for _signal in (post_save, post_delete):
+    # This process sees its own new team at once; others through the table's trigger.
+    _signal.connect(configversion.expire, sender=Team, dispatch_uid=f"teams-{_signal!r}")
+
+
+# What `lookups` annotates on a user row, read with the roles in one query.
+LOOKUPS = ("teams_any", "teams_granted", "teams_ids")
+
+
+def lookups() -> dict[str, Any]:
+    """Annotations for a queryset of users: whether any team exists, the user's grant and team
+    ids (`reviews.access.checks.roles_of` reads them with the roles)."""
+    return {
+        "teams_any": Exists(Team.objects.all()),
+        "teams_granted": Exists(AllTeamsGrant.objects.filter(user=OuterRef("pk"))),
+        "teams_ids": ArraySubquery(
+            TeamMembership.objects.filter(user=OuterRef("pk")).values("team_id")
+        ),
+    }
+
+
+def remember(user: User, row: dict[str, Any], *, is_admin: bool) -> None:
+    """Keep on the user object what `lookups` read, for the rest of the request."""
+    user.__dict__["_ledger_any_team"] = bool(row["teams_any"])
+    user.__dict__["_ledger_teams"] = frozenset(row["teams_ids"] or ())
+    user.__dict__["_ledger_sees_all"] = is_admin or bool(row["teams_granted"])
+
+
+def any_team(user: User | AnonymousUser | None = None) -> bool:
+    """Whether any team exists: as read with the user's roles in this request, else remembered
+    per configuration version (the teams table moves it)."""
+    if user is not None and "_ledger_any_team" in user.__dict__:
+        return user.__dict__["_ledger_any_team"]
+    version = configversion.current()
+    found = _exists.get("any", version)
+    if found is None:
+        found = Team.objects.exists()
+        _exists.put("any", version, found)
+    return found
 
 
 def _forget(user: User) -> None:
@@ -118,7 +162,7 @@ def scope_of(user: User | AnonymousUser) -> frozenset[int] | None:
     cached = user.__dict__.get("_ledger_scope", False)
     if cached is not False:
         return cached
-    everything = sees_all_teams(user) or not Team.objects.exists()
+    everything = not any_team(user) or sees_all_teams(user)
     scope = None if everything else teams_of(user)
     if user.is_authenticated:
         user.__dict__["_ledger_scope"] = scope
@@ -167,8 +211,8 @@ def may_manage_team(user: User | AnonymousUser, team_id: int | None) -> bool:
     """Whether the user may set and lift halts and limits on something owned by `team_id`:
     admins anything; others only what their own teams own (never what no team owns, nor global
     halts). While no team exists, the rules before teams hold."""
-    if user.is_authenticated and _is_admin(user):
+    if not any_team(user):
         return True
-    if not Team.objects.exists():
+    if user.is_authenticated and _is_admin(user):
         return True
     return team_id is not None and team_id in teams_of(user)

@@ -11,25 +11,41 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import AnonymousUser, Group, User
+from django.contrib.postgres.expressions import ArraySubquery
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef
 from django.http import HttpRequest, HttpResponse
 
+from ledger.policy import teams
 from ledger.policy.roles import ADMIN, AUDITOR, OPERATOR
 
 View = Callable[..., HttpResponse]
 
 
 def roles_of(user: User | AnonymousUser) -> frozenset[str]:
-    """The user's roles, read once per request (cached on the user object)."""
+    """The user's roles, read once per request (cached on the user object). The same query
+    reads what the user may see by team (`ledger.policy.teams.remember`), so that teams cost
+    no query of their own on any page."""
     if not user.is_authenticated:
         return frozenset()
     cached = getattr(user, "_ledger_roles", None)
     if cached is None:
-        cached = frozenset(user.groups.values_list("name", flat=True))
+        row = (
+            User.objects.filter(pk=user.pk)
+            .annotate(
+                group_names=ArraySubquery(Group.objects.filter(user=OuterRef("pk")).values("name")),
+                **teams.lookups(),
+            )
+            .values("group_names", *teams.LOOKUPS)
+            .first()
+        ) or {"group_names": []}
+        cached = frozenset(row["group_names"])
         if user.is_superuser:
             cached |= {ADMIN}
         user._ledger_roles = cached
+        if "teams_any" in row:
+            teams.remember(user, row, is_admin=ADMIN in cached)
     return cached
 
 
