@@ -173,3 +173,28 @@ def test_an_export_directory_holding_something_is_refused(history, settings):
 def test_a_month_not_written_yyyy_mm_is_refused(before):
     with pytest.raises(CommandError, match="is not a month written YYYY-MM"):
         run(before)
+
+
+@pytest.mark.django_db
+def test_a_month_sealed_after_later_ones_is_listed_past_the_cut_as_ranges(make_effect, tmp_path):
+    """A backfilled month: all of its events were sealed after this month's first ones."""
+    partitions.create_month(AUGUST)
+    old = make_effect(status="confirmed", resolved_at=timezone.now() - timedelta(days=90))
+    current = [insert(old, timezone.now().isoformat(), n) for n in range(2)]
+    seal.seal_pending(grace=0)
+    august = [insert(old, f"2026-08-{d:02d}", d) for d in (2, 3, 4)]
+    later = insert(old, timezone.now().isoformat(), 7)
+    seal.seal_pending(grace=0)
+
+    assert "Archived 2026-08: 3 events" in run("2026-09", to=tmp_path)
+    checkpoint = ArchivedMonth.objects.get()
+    assert (checkpoint.cut_seq, checkpoint.beyond_cut) == (0, [[3, 5]])
+    verdict = seal.verify()
+    assert verdict.intact, verdict.broken
+    assert (verdict.archived, verdict.count) == (3, 6)
+    assert remaining() == {*current, later}
+    assert not set(august) & remaining()
+    # Deleting a remaining event is still caught, past the cut as before it.
+    with tampering() as cursor:
+        cursor.execute("DELETE FROM ledger_effectevent WHERE id = %s", [later])
+    assert seal.verify().broken.problem == "sealed event missing"
