@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import date
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
@@ -202,3 +203,23 @@ def test_a_row_for_a_month_without_a_partition_goes_to_the_default_one(make_effe
     assert partitions.create_month(long_ago) is False
     assert partitions.create_month(date(2019, 4, 1)) is True
     assert where(event_id) == "ledger_effectevent_default"
+
+
+@pytest.mark.django_db
+def test_pgtrigger_sees_the_trigger_installed_once_not_its_clones_on_the_partitions(capsys):
+    # django-pgtrigger lists only triggers without a parent (tgparentid = 0): PostgreSQL's
+    # clones on each partition are neither reported as its own nor offered for pruning.
+    partitions.create_month(partitions.shift(partitions.month_of(date.today()), 7))
+    call_command("pgtrigger", "ls")  # it prints to standard output
+    listed = capsys.readouterr().out
+    lines = [line for line in listed.splitlines() if "event_append_only" in line]
+    assert len(lines) == 1 and "INSTALLED" in lines[0] and "UNINSTALLED" not in lines[0]
+    assert "PRUNE" not in listed
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_trigger t JOIN pg_inherits i ON i.inhrelid = t.tgrelid "
+            "WHERE i.inhparent = 'ledger_effectevent'::regclass "
+            "AND t.tgname = 'pgtrigger_event_append_only_05827'"
+        )
+        clones = cursor.fetchone()[0]
+    assert clones == len(partitions.partitions()) + 1  # and the default partition
