@@ -4,12 +4,14 @@ tests/browser/test_sso_browser.py; here the ledger's side of each kind of reques
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
 from django.test import Client
 
 from ledger.models import Halt
+from reviews.sso import provider
 from reviews.sso.config import read
 from reviews.sso.views import BACKEND
 
@@ -98,7 +100,7 @@ def test_a_local_session_is_never_sent_to_the_provider(olga, settings):
     assert client.post("/logout/")["Location"] == "/login/"
 
 
-def test_an_htmx_request_without_a_session_is_sent_to_sign_in_as_a_whole_page(settings):
+def test_an_htmx_request_without_a_session_is_sent_to_sign_in_as_a_whole_page(db, settings):
     settings.LEDGER_SSO = CONFIG
     response = Client().get(
         "/queue/",
@@ -106,3 +108,34 @@ def test_an_htmx_request_without_a_session_is_sent_to_sign_in_as_a_whole_page(se
     )
     assert response.status_code == 401
     assert response["HX-Redirect"] == "/login/?next=%2Fqueue%2F%3Fpage%3D2"
+
+
+def test_an_unreachable_provider_is_a_clear_502_never_a_500(db, settings):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    settings.LEDGER_SSO = read(
+        {
+            "LEDGER_OIDC_ISSUER": f"http://127.0.0.1:{port}/o",
+            "LEDGER_OIDC_CLIENT_ID": "effect-ledger",
+            "LEDGER_OIDC_CLIENT_SECRET": "s3cret-s3cret",
+            "LEDGER_OIDC_ROLES": '{"ops": "operator"}',
+        }
+    )
+    provider._cache.clear()
+    response = Client().get("/oidc/authenticate/")
+    assert response.status_code == 502
+    assert "could not be reached" in response.content.decode()
+
+
+def test_an_answer_that_belongs_to_no_sign_in_is_refused_with_a_page(db, settings):
+    settings.LEDGER_SSO = CONFIG
+    client = Client()
+    assert client.get("/oidc/callback/?code=abc&state=made-up").status_code == 403
+    session = client.session
+    session["oidc_states"] = {"real": {"nonce": "n", "code_verifier": None, "added_on": 0}}
+    session.save()
+    response = client.get("/oidc/callback/?code=abc&state=made-up")
+    assert response.status_code == 400
+    assert "belongs to no sign-in started here" in response.content.decode()
+    assert client.get("/").status_code == 302
