@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 BACKEND = f"{ProviderBackend.__module__}.{ProviderBackend.__qualname__}"
 
 
-def refused(request: HttpRequest, error: SsoRefused) -> HttpResponse:
-    """The page for a refused sign-in: what happened, and no session."""
-    if request.user.is_authenticated:
+def refused(request: HttpRequest, error: SsoRefused, *, sign_out: bool = True) -> HttpResponse:
+    """The page for a refused sign-in: what happened, and no session (`sign_out`: a session
+    this sign-in would have renewed ends too)."""
+    if sign_out and request.user.is_authenticated:
         auth.logout(request)
     log.warning("sign-in through the identity provider refused: %s", error.reason)
     context = {"message": error.message, "reason": error.reason}
@@ -64,6 +65,7 @@ class SignInView(auth_views.LoginView):
                     f"{current().label if current() else 'single sign-on'}.",
                     reason="local_off",
                 ),
+                sign_out=False,
             )
         return super().post(request, *args, **kwargs)
 
