@@ -14,7 +14,7 @@ from datetime import date
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.utils import DatabaseError
@@ -223,3 +223,35 @@ def test_pgtrigger_sees_the_trigger_installed_once_not_its_clones_on_the_partiti
         )
         clones = cursor.fetchone()[0]
     assert clones == len(partitions.partitions()) + 1  # and the default partition
+
+
+@pytest.mark.django_db
+def test_a_seal_is_never_written_for_an_event_that_is_not_there(make_effect):
+    event_id = seed_one(make_effect())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {seal._SEALED_COLUMNS} FROM ledger_effectevent e WHERE id = %s", [event_id]
+        )
+        row = cursor.fetchone()
+    gone = (event_id + 1000, *row[1:])
+    # As the sealer writes them, in a transaction: refused whole.
+    refused = "1 of 2 events to seal are gone: no seal written"
+    with (
+        pytest.raises(RuntimeError, match=refused),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        seal._insert_links(cursor, [row, gone], 0, seal.GENESIS)
+    assert seal.seal_pending(grace=0) == 1
+    assert seal.verify().intact
+
+
+def seed_one(effect) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ledger_effectevent (kind, actor, from_status, to_status, reason, "
+            "data, digest, effect_id) VALUES ('transition', 'test', '', '', '', '{}', %s, %s) "
+            "RETURNING id",
+            [digests.content_digest({}), effect.id],
+        )
+        return cursor.fetchone()[0]

@@ -9,6 +9,12 @@ outside the database. An event whose data retention replaced with {"redacted": t
 (`ledger.audit.retention`) no longer matches its digest: it is counted as redacted, not as altered,
 on the condition under which the events' trigger permits that change (a `retention_purge`
 event of the same effect appended after it).
+
+Archived months (`ledger.audit.archive`) leave a checkpoint: the verifier starts at the latest
+one (the seal at the cut must still hold its hash) and accepts a missing event only where a
+checkpoint lists its seal. After a restore, heads exported from the branch it left behind
+(past a restore window's `fork_seq`, exported before the window started) are counted apart,
+not checked; every other head is.
 """
 
 from __future__ import annotations
@@ -152,24 +158,28 @@ def seal_pending(limit: int = BATCH, *, grace: int | None = None) -> int:
         rows = cursor.fetchall()
         if not rows:
             return 0
-        # Seals name their event by a plain column (no foreign key: the events table is
-        # partitioned and archived months are dropped), so the insert itself checks that each
-        # event is there, at its id and created_at, and the batch is refused whole otherwise.
-        cursor.execute(
-            f"INSERT INTO {_SEALS} (seq, event_id, prev_hash, hash, sealed_at) "
-            f"SELECT seq, event_id, prev_hash, hash, now() "
-            f"FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], "
-            f"%s::timestamptz[]) AS link(seq, event_id, prev_hash, hash, created_at) "
-            f"WHERE EXISTS (SELECT 1 FROM {_EVENTS} e "
-            f"WHERE e.id = link.event_id AND e.created_at = link.created_at)",
-            [*_links(rows, seq, prev_hash), [row[-1] for row in rows]],
-        )
-        if cursor.rowcount != len(rows):
-            raise RuntimeError(
-                f"{len(rows) - cursor.rowcount} of {len(rows)} events to seal are gone: "
-                "no seal written"
-            )
+        _insert_links(cursor, rows, seq, prev_hash)
     return len(rows)
+
+
+def _insert_links(cursor: Any, rows: list[tuple[Any, ...]], seq: int, prev_hash: str) -> None:
+    """Write the links over `rows` after the head (seq, prev_hash). Seals name their event by
+    a plain column (no foreign key: the events table is partitioned and archived months are
+    dropped), so the insert itself checks that each event is there, at its id and created_at,
+    and the batch is refused whole otherwise."""
+    cursor.execute(
+        f"INSERT INTO {_SEALS} (seq, event_id, prev_hash, hash, sealed_at) "
+        f"SELECT seq, event_id, prev_hash, hash, now() "
+        f"FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], "
+        f"%s::timestamptz[]) AS link(seq, event_id, prev_hash, hash, created_at) "
+        f"WHERE EXISTS (SELECT 1 FROM {_EVENTS} e "
+        f"WHERE e.id = link.event_id AND e.created_at = link.created_at)",
+        [*_links(rows, seq, prev_hash), [row[-1] for row in rows]],
+    )
+    if cursor.rowcount != len(rows):
+        raise RuntimeError(
+            f"{len(rows) - cursor.rowcount} of {len(rows)} events to seal are gone: no seal written"
+        )
 
 
 def _links(rows: list[tuple[Any, ...]], seq: int, prev_hash: str) -> list[list[Any]]:
