@@ -252,3 +252,14 @@ def _incident(tool: str) -> Incident:
     return Incident.objects.create(
         kind=IncidentKind.ORPHAN, tool=tool, line=line, due_at=now + timedelta(days=1)
     )
+
+
+def test_items_are_assigned_only_to_the_persons_teams_operators(ours_and_theirs, otto, olga):
+    ours, _ = ours_and_theirs
+    add_member(otto, Team.objects.get(slug="support"))
+    client = signed_in(olga)
+    listed = {name for _, name in client.get("/queue/").context["operators"]}
+    assert listed == {"olga"}
+    refused = client.post(f"/queue/{ours.pk}/assign", {"assignee": str(otto.pk)})
+    assert refused.status_code == 400
+    assert client.post(f"/queue/{ours.pk}/assign", {"assignee": str(olga.pk)}).status_code == 302

@@ -13,6 +13,7 @@ from django.utils import timezone
 from ledger.effects.states import Status
 from ledger.models import Mode, Reason, ReviewItem, Severity
 from ledger.policy.roles import ADMIN, OPERATOR
+from ledger.policy.teams import scope_of
 from reviews.queue.pages import search
 
 AGES = [
@@ -38,15 +39,19 @@ _ORDER = {
 }
 
 
-def operators() -> QuerySet[User]:
-    """People who may be assigned review items."""
-    return (
-        User.objects.filter(
-            Q(groups__name__in=[OPERATOR, ADMIN]) | Q(is_superuser=True), is_active=True
-        )
-        .distinct()
-        .order_by("username")
+def operators(user: Any = None) -> QuerySet[User]:
+    """People who may be assigned review items; for a person whose view is scoped by team, only
+    admins and the operators of their own teams (ADR 0014): others could not see the item, and
+    their names are none of this person's business."""
+    people = User.objects.filter(
+        Q(groups__name__in=[OPERATOR, ADMIN]) | Q(is_superuser=True), is_active=True
     )
+    scope = scope_of(user) if user is not None else None
+    if scope is not None:
+        people = people.filter(
+            Q(team_memberships__team__in=scope) | Q(is_superuser=True) | Q(groups__name=ADMIN)
+        )
+    return people.distinct().order_by("username")
 
 
 class QueueFilter(django_filters.FilterSet):

@@ -65,7 +65,9 @@ def _asked(request: HttpRequest) -> Request:
     assignee = None
     if action == ASSIGN:
         try:
-            assignee = operators().filter(pk=int(request.POST.get("assignee", ""))).first()
+            assignee = (
+                operators(request.user).filter(pk=int(request.POST.get("assignee", ""))).first()
+            )
         except ValueError:
             raise BadChoice("Choose an operator to assign.") from None
         if not isinstance(assignee, User):

@@ -57,7 +57,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "updated": timezone.localtime(),
         # Where a hold or assignment without htmx returns: this page, as the address shows it.
         "back": f"{request.path}?{shown.urlencode()}",
-        "operators": list(operators().values_list("id", "username")),
+        "operators": list(operators(request.user).values_list("id", "username")),
         "resolve_hours": settings.LEDGER_RESOLVE_WITHIN // 3600,
         # The incidents' place in the queue: a count over incident_open_idx, and a link.
         "open_incidents": visible_by_tool(
@@ -81,7 +81,7 @@ def _row(request: HttpRequest, item: ReviewItem, note: str = "") -> HttpResponse
             "item": shown[0],
             "note": note,
             "back": request.POST.get("next", ""),
-            "operators": list(operators().values_list("id", "username")),
+            "operators": list(operators(request.user).values_list("id", "username")),
         }
         return render(request, "reviews/queue.html#row", context)
     if note:
@@ -107,7 +107,7 @@ def assign(request: HttpRequest, item_id: int) -> HttpResponse:
         assignee_id = int(request.POST.get("assignee", ""))
     except ValueError:
         return HttpResponseBadRequest("Choose an operator to assign.")
-    assignee = operators().filter(pk=assignee_id).first()
+    assignee = operators(request.user).filter(pk=assignee_id).first()
     if not isinstance(assignee, User):
         return HttpResponseBadRequest("That user cannot be assigned review items.")
     note = "" if assign_item(item, assignee) else "This item was resolved meanwhile."
