@@ -65,7 +65,8 @@ bench: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/exports.py; d=$$?; \
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/payments.py; e=$$?; \
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/statements.py; f=$$?; \
-	exit $$((a | b | c | d | e | f))
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/growth.py; g=$$?; \
+	exit $$((a | b | c | d | e | f | g))
 
 # The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
