@@ -138,7 +138,14 @@ def ensure_schedules() -> None:
     # subpackages; `reviews.alerts.sweep`, `reviews.bulk`, `reviews.escalation`, before the
     # reviews app's, all under "reviews."): a schedule stored under one is ours, and is
     # rewritten by name below.
-    ours = ("reconcilers.", "reviews.", "ledger.audit.", "ledger.seal.", "ledger.retention.")
+    ours = (
+        "reconcilers.",
+        "reviews.",
+        "ledger.audit.",
+        "ledger.restore.",
+        "ledger.seal.",
+        "ledger.retention.",
+    )
     for prefix in ours:
         Schedule.objects.filter(func__startswith=prefix).exclude(name__in=SCHEDULES).delete()
     for name, spec in SCHEDULES.items():

@@ -98,6 +98,15 @@ def test_each_item_is_offered_exactly_the_decisions_that_apply_to_it(
 
 # (reason, status, fields, the decision that closes it, its fields, the status after it)
 CLOSES = [
+    # Restore mode put it in doubt before anyone claimed it: confirmed from the provider's record.
+    (
+        Reason.RESTORED_GAP,
+        "unknown",
+        {},
+        "confirm",
+        {"provider_ref": "ch_9", "evidence": "found in the provider's dashboard"},
+        "confirmed",
+    ),
     (
         Reason.NO_LOOKUP,
         "unknown",

@@ -337,7 +337,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     ensure_schedules()
 
     ours = Schedule.objects.filter(
-        func__regex=r"^(reconcilers|reviews|ledger\.audit|ledger\.seal|ledger\.retention)\."
+        func__regex=r"^(reconcilers|reviews|ledger\.audit|ledger\.restore|ledger\.seal|ledger\.retention)\."
     )
     assert {s.name: (s.func, s.schedule_type, s.minutes, s.repeats) for s in ours} == {
         name: (spec["func"], Schedule.MINUTES, spec["minutes"], -1)
@@ -355,6 +355,8 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
         "seal-events",
         "export-chain-head",
         "event-partitions",
+        "restore-witness",
+        "restore-gap-sweep",
     }
     assert Schedule.objects.filter(name="someone-elses").exists()
     # A cluster that was down does not replay every missed sweep, and a task is killed

@@ -45,6 +45,8 @@ OUTCOME_UNKNOWN = frozenset(
         Reason.STALE,
         Reason.NOT_FOUND_UNPROVEN,
         Reason.COMPENSATION_UNKNOWN,
+        # Restore mode: the effect may have moved in a window the database lost.
+        Reason.RESTORED_GAP,
     }
 )
 # Items that say the provider's record differs from ours.

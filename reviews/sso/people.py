@@ -17,6 +17,7 @@ from typing import Any
 
 from django.contrib.auth.models import Group, User
 from django.db import transaction
+from django.db.models import Q, Subquery
 from django.db.models.functions import Now
 
 from ledger.policy.roles import ADMIN, ROLES
@@ -154,11 +155,12 @@ def accounts_of(user: User) -> Iterable[User]:
 
 def linked_to_provider(user: User) -> bool:
     """Whether the account's person signs in through the identity provider: the account is an
-    SSO account, or is linked to a person who has one. Such accounts sign in through SSO only."""
-    if Identity.objects.filter(user=user).exists():
-        return True
-    pid = person_id(user)
-    return pid is not None and Identity.objects.filter(user__ledger_account__person_id=pid).exists()
+    SSO account, or is linked to a person who has one. Such accounts sign in through SSO only.
+    One query: Django asks it at every request of a local session (`LocalPasswordBackend`)."""
+    person = Account.objects.filter(user=user).values("person_id")[:1]
+    return Identity.objects.filter(
+        Q(user=user) | Q(user__ledger_account__person_id=Subquery(person))
+    ).exists()
 
 
 @transaction.atomic

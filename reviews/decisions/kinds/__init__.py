@@ -26,7 +26,8 @@ doing at the provider that decision does nothing there:
 |                                          |   where a retry cannot do it twice), or cancel |
 | manual_execution                         | confirm (done by hand, with the ref)           |
 | approval_required                        | approve or reject (four-eyes)                  |
-| the others (the effect's outcome unknown) | confirm / fail with evidence, retry if safe    |
+| the others (the effect's outcome unknown, | confirm / fail with evidence, retry if safe    |
+| restored_gap included)                   |                                                |
 
 No retry (nor extra attempt) once a lookup has found the effect at the provider, or while a
 mismatch is open: the provider holds it, so sending it again would do it a second time
