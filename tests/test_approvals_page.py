@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -14,6 +15,8 @@ from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import transition
 from ledger.models import Effect, Reason, RetryProposal, Tool
 from ledger.observability.metrics import summary
+from ledger.policy.roles import OPERATOR, grant
+from reviews.sso.people import link
 from tests.factories import signed_in
 
 URL = "/approvals/"
@@ -80,6 +83,17 @@ def test_a_retry_proposal_tells_its_proposer_they_cannot_approve_it(proposed, ol
     other = signed_in(otto).get(URL).content.decode()
     assert f'id="approval-{proposed.id}"' in other
     assert "You asked" not in other
+
+
+def test_the_proposer_is_told_so_through_another_account_of_theirs_too(proposed, olga):
+    """Four-eyes compares persons: olga's second account is olga."""
+    second = User.objects.create_user("olga-sso")
+    grant(second, OPERATOR)
+    link(olga, second)
+    page = signed_in(second).get(URL).content.decode()
+    assert "You asked: another operator must decide." in page
+    effect_page = signed_in(second).get(f"/effects/{proposed.id}/").content.decode()
+    assert "so another operator must decide" in effect_page
 
 
 def test_a_proposal_made_before_the_effect_moved_is_not_listed(proposed, otto):

@@ -10,7 +10,7 @@ subquery), not once per row; the page says when the viewer is the one who asked,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db.models import F, OuterRef, QuerySet, Subquery
@@ -23,6 +23,7 @@ from ledger.effects.states import Status
 from ledger.models import Effect, EffectEvent, EventKind, RetryProposal
 from reviews.access.checks import reader
 from reviews.access.teams import visible_effects
+from reviews.decisions.approvals import is_asker
 
 # More than this many waiting is an incident of its own; the page says how many it leaves out.
 SHOWN = 200
@@ -34,6 +35,7 @@ class Waiting:
     what: str
     asked_by: str  # "agent shop-bot", "operator olga"
     asker: str  # the operator's username, "" for an agent: who may not approve
+    mine: bool  # the person looking asked for it (through this account or another of theirs)
     asked_at: datetime
     amount: str
     grounds: str
@@ -77,6 +79,7 @@ def _held(effect: Effect) -> Waiting:
         what="above the approval threshold",
         asked_by=f"{kind} {name or effect.agent.name}",
         asker=name if kind == "operator" else "",
+        mine=False,
         asked_at=effect.created_at,
         amount=_amount(effect),
         grounds=f"{effect.tool} for {effect.target or 'no target'}",
@@ -90,6 +93,7 @@ def _proposed(proposal: RetryProposal) -> Waiting:
         what="retry on an operator's word",
         asked_by=f"operator {username}",
         asker=username,
+        mine=False,
         asked_at=proposal.proposed_at,
         amount=_amount(proposal.effect),
         grounds=proposal.evidence,
@@ -103,9 +107,9 @@ def approvals(request: HttpRequest) -> HttpResponse:
     held = list(visible_effects(request.user, pending_effects())[: SHOWN + 1])
     proposed = list(visible_effects(request.user, pending_proposals(), "effect__")[: SHOWN + 1])
     waiting = [_held(e) for e in held[:SHOWN]] + [_proposed(p) for p in proposed[:SHOWN]]
+    waiting = [replace(w, mine=is_asker(w.asker, request.user)) for w in waiting]
     context = {
         "waiting": sorted(waiting, key=lambda w: w.asked_at),
         "more": len(held) > SHOWN or len(proposed) > SHOWN,
-        "me": request.user.get_username(),
     }
     return render(request, "reviews/approvals.html", context)

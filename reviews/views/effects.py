@@ -29,7 +29,7 @@ from ledger.policy.tools import policy_for
 from reconcilers.execution import can_execute
 from reviews.access.checks import actor, reader
 from reviews.access.teams import effect_or_404
-from reviews.decisions.approvals import waits_for_second_pair
+from reviews.decisions.approvals import is_asker, waits_for_second_pair
 from reviews.decisions.decide import AlreadyDecided
 from reviews.decisions.decide import decide as record_decision
 from reviews.decisions.declaration import Action
@@ -271,6 +271,7 @@ def _deciding(
         "held": hold_text(hold) if held_by_other else "",
         # Four-eyes: who asked for what waits (the page tells them another operator decides).
         "four_eyes_asker": asker if waits else None,
+        "four_eyes_mine": waits and is_asker(asker, user),
     }
 
 
