@@ -93,6 +93,12 @@ def longest_retention() -> timedelta:
 
 def _check(part: partitions.Partition) -> None:
     """Refuse a month that is not ready to go, saying why."""
+    earlier = ArchivedMonth.objects.filter(month=part.start).first()
+    if earlier:
+        raise Refused(
+            f"{part.month} was archived already ({earlier.archived_at:%Y-%m-%d}), yet its "
+            f"partition {part.name} is back with events in it: move them out by hand first."
+        )
     retention = longest_retention()
     now = timezone.now()
     ended = datetime(part.end.year, part.end.month, 1, tzinfo=UTC)
