@@ -198,3 +198,16 @@ def test_a_month_sealed_after_later_ones_is_listed_past_the_cut_as_ranges(make_e
     with tampering() as cursor:
         cursor.execute("DELETE FROM ledger_effectevent WHERE id = %s", [later])
     assert seal.verify().broken.problem == "sealed event missing"
+
+
+@pytest.mark.django_db
+def test_a_month_archived_already_whose_partition_is_back_is_refused(history, make_effect):
+    run("2026-09")
+    partitions.create_month(AUGUST)
+    insert(
+        make_effect(status="confirmed", resolved_at=timezone.now() - timedelta(days=90)),
+        "2026-08-20",
+    )
+    seal.seal_pending(grace=0)
+    with pytest.raises(CommandError, match="2026-08 was archived already"):
+        run("2026-09")
