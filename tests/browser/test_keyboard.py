@@ -11,7 +11,6 @@ from playwright.sync_api import Page, expect
 
 from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason
-from tests.browser.conftest import path_of
 
 pytestmark = pytest.mark.browser
 
@@ -148,7 +147,8 @@ def test_the_skip_links_reach_the_content_and_the_rows(signed_in, olga, queued):
     page.goto("/queue/")
     page.get_by_role("link", name="Skip to rows").focus()
     page.keyboard.press("Enter")
-    assert path_of(page).endswith("#rows")
+    # The fragment lands in the address once the browser has followed the link: wait for it.
+    expect(page).to_have_url(re.compile(r"/queue/#rows$"))
     expect(page.locator("#rows")).to_be_focused()
 
 
