@@ -20,7 +20,9 @@ def env_str(name: str, default: str | None = None) -> str:
     return value
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def env_int(
+    name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -30,6 +32,8 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}.") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}.")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be at most {maximum}, got {value}.")
     return value
 
 

@@ -239,7 +239,17 @@ LEDGER_KEYS = env_keyring("LEDGER_KEYS")
 LEDGER_MAX_BODY_BYTES = env_int("LEDGER_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Our limit is enforced (413) by ledger.api.middleware; Django's own must not be lower.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(LEDGER_MAX_BODY_BYTES, 2_621_440)
+# The longest lease the agent API grants (claims, intents with a claim, heartbeats; the schema's
+# own bound is 3600). Restore mode reaches back this far before the loss (ledger.restore.state).
+LEDGER_MAX_LEASE_SECONDS = env_int("LEDGER_MAX_LEASE_SECONDS", 3600, minimum=1, maximum=3600)
 LEDGER_DEFAULT_LEASE_SECONDS = env_int("LEDGER_DEFAULT_LEASE_SECONDS", 60, minimum=1)
+if LEDGER_DEFAULT_LEASE_SECONDS > LEDGER_MAX_LEASE_SECONDS:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"LEDGER_DEFAULT_LEASE_SECONDS ({LEDGER_DEFAULT_LEASE_SECONDS}) must not be above "
+        f"LEDGER_MAX_LEASE_SECONDS ({LEDGER_MAX_LEASE_SECONDS})."
+    )
 LEDGER_DEFAULT_MAX_ATTEMPTS = env_int("LEDGER_DEFAULT_MAX_ATTEMPTS", 3, minimum=1)
 LEDGER_ESCALATE_AFTER = env_duration("LEDGER_ESCALATE_AFTER", "24h")
 LEDGER_BACKOFFICE_WINDOW = env_duration("LEDGER_BACKOFFICE_WINDOW", "7d")

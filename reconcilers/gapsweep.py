@@ -16,7 +16,7 @@ from typing import Any
 
 from ledger.models import Tool
 from ledger.restore import gap, mode
-from ledger.restore.state import LONGEST_LEASE
+from ledger.restore.state import longest_lease
 from reconcilers.registry import adapter_for
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def run() -> dict[str, Any]:
         if _lists(adapter := adapter_for(tool), tool)
     }
     gap.sweeps_due(window, list(listing_tools))
-    start, end = window.lost_since - LONGEST_LEASE, window.started_at
+    start, end = window.lost_since - longest_lease(), window.started_at
     done: dict[str, Any] = {}
     for name in gap.unswept(mode.current() or window):
         tool, adapter = listing_tools[name]

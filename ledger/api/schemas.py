@@ -8,6 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from ninja import Schema
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
@@ -45,8 +46,23 @@ def _whole_number(value: Any) -> Any:
     return int(value) if whole else value
 
 
-# Strict: "30" or true must not become a lease, "yes" must not become a claim.
-LeaseSeconds = Annotated[StrictInt, BeforeValidator(_whole_number), Field(ge=1, le=3600)]
+def _within_max_lease(value: int) -> int:
+    """The deployment's bound (`LEDGER_MAX_LEASE_SECONDS`), read per request: restore mode
+    reaches back as far as the longest lease (`ledger.restore.state.longest_lease`)."""
+    bound = settings.LEDGER_MAX_LEASE_SECONDS
+    if value > bound:
+        raise ValueError(f"must be at most {bound} (LEDGER_MAX_LEASE_SECONDS)")
+    return value
+
+
+# Strict: "30" or true must not become a lease, "yes" must not become a claim. 3600 is the
+# schema's bound; a deployment may set a lower one.
+LeaseSeconds = Annotated[
+    StrictInt,
+    BeforeValidator(_whole_number),
+    Field(ge=1, le=3600),
+    AfterValidator(_within_max_lease),
+]
 JsonObject = dict[str, Any]
 
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Protocol
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -31,6 +32,7 @@ from ledger.containment.reviewqueue import due_sql
 from ledger.models import (
     AlertKind,
     Effect,
+    EffectEvent,
     Incident,
     IncidentKind,
     LineStatus,
@@ -41,9 +43,12 @@ from ledger.models import (
     Tool,
 )
 from ledger.models.statements import Origin, Phase
-from ledger.restore.state import LONGEST_LEASE
+from ledger.restore.state import longest_lease
+from ledger.statements.apply import skew_of
 
 ACTOR = "system:restore"
+# The reason of the move into `unknown` that entering restore mode makes (`mode.REASON`).
+REASON = "restored_gap"
 
 
 class Record(Protocol):
@@ -185,28 +190,77 @@ def sweeps_due(window: RestoreWindow, tools: Sequence[str]) -> None:
             window.save(update_fields=["applied"])
 
 
+def statement_bounds(window: RestoreWindow, tool: Tool) -> tuple[datetime, datetime]:
+    """What a tool's final statements must cover for the window: every moment a copy of an
+    effect on the lost branch could have reached the provider. From `lost_since` less the
+    longest lease (a claim taken that long before) to `started_at` plus the longest lease (a
+    lease taken on the lost branch just before the mode began may still be used to send), plus
+    the tool's `settle_after`; widened by the statement skew at both ends. Absence from
+    statements is proven for an effect in doubt over the same range
+    (`ledger.statements.absence`)."""
+    skew = skew_of(tool)
+    settle = tool.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER)
+    return (
+        window.lost_since - longest_lease() - skew,
+        window.started_at + longest_lease() + settle + skew,
+    )
+
+
 def statements_missing(window: RestoreWindow) -> list[str]:
     """Tools settled by statements (a final one was ever imported) that have no final statement
-    covering the lost window yet: absence in the window cannot be shown without one."""
-    start = window.lost_since - LONGEST_LEASE
-    tools = (
+    covering the lost window yet (`statement_bounds`): absence in the window cannot be shown
+    without one."""
+    names = (
         StatementImport.objects.filter(provisional=False)
         .exclude(origin=Origin.SWEEP)
         .values_list("tool", flat=True)
         .distinct()
     )
     missing = []
-    for tool in sorted(set(tools)):
+    for tool in Tool.objects.filter(name__in=set(names)).order_by("name"):
+        start, end = statement_bounds(window, tool)
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT coalesce(range_agg(tstzrange(period_start, period_end, '[)')) "
                 f"@> tstzrange(%s, %s, '[)'), false) FROM {StatementImport._meta.db_table} "
                 "WHERE tool = %s AND NOT provisional AND origin <> %s",
-                [start, window.started_at, tool, Origin.SWEEP.value],
+                [start, end, tool.name, Origin.SWEEP.value],
             )
             if not cursor.fetchone()[0]:
-                missing.append(tool)
+                missing.append(tool.name)
     return missing
+
+
+def lost_dispatch_sql(effects: str) -> str:
+    """SQL: (id, lost_from, lost_until) for each effect of `effects` (a relation with an `id`
+    column) that restore mode put in doubt (`restored_gap`) or that started in doubt (its
+    intent event went to `unknown`), for each restore window whose [started_at, ended_at)
+    holds that event: when a copy of it on the lost branch could have been sent, from
+    `lost_since` less the longest lease to `started_at` plus the longest lease. No event of
+    the database shows such a dispatch. Takes the parameter %(lease)s (`longest_lease`)."""
+    return f"""
+        SELECT d.effect_id AS id, w.lost_since - %(lease)s AS lost_from,
+               w.started_at + %(lease)s AS lost_until
+          FROM {EffectEvent._meta.db_table} d
+          JOIN {RestoreWindow._meta.db_table} w
+            ON d.created_at >= w.started_at AND (w.ended_at IS NULL OR d.created_at < w.ended_at)
+         WHERE d.effect_id IN (SELECT id FROM {effects}) AND d.to_status = 'unknown'
+           AND (d.kind = 'intent' OR (d.kind = 'transition' AND d.reason = '{REASON}'))"""
+
+
+def lost_dispatch(effect_ids: Sequence[Any]) -> dict[Any, tuple[datetime, datetime]]:
+    """`lost_dispatch_sql` for the given effects, in one query: {id: (lost_from, lost_until)},
+    the widest range over their windows; effects never in doubt are left out."""
+    if not effect_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH batch AS (SELECT unnest(%(ids)s::uuid[]) AS id) "
+            "SELECT id, min(lost_from), max(lost_until) "
+            f"FROM ({lost_dispatch_sql('batch')}) lost GROUP BY id",
+            {"ids": [str(i) for i in effect_ids], "lease": longest_lease()},
+        )
+        return {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
 
 
 def unswept(window: RestoreWindow) -> list[str]:

@@ -49,11 +49,11 @@ from ledger.models import (
 from ledger.policy import agentkeys, configversion
 from ledger.restore import gap
 from ledger.restore import witness as witnesses
-from ledger.restore.state import LONGEST_LEASE
+from ledger.restore.state import longest_lease
 
 log = logging.getLogger(__name__)
 
-REASON = "restored_gap"
+REASON = gap.REASON
 ACTOR = "system:restore"
 DECISIONS_RUN = "restores"
 # With no witness, how far each sequence jumps: further than any lost window can have used.
@@ -96,7 +96,7 @@ def _sequences_forward(witness: dict[str, Any] | None) -> dict[str, int]:
 
 def _put_in_doubt(lost_since: datetime) -> int:
     """Move the effects that may have moved in the window to unknown, in batches."""
-    since = lost_since - LONGEST_LEASE
+    since = lost_since - longest_lease()
     doubted = 0
     while True:
         batch = list(

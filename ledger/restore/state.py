@@ -15,15 +15,20 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from ledger.models import RestoreWindow
 from ledger.policy import configversion
 
-# The longest lease an agent can take (the API's bound on lease_seconds): an effect claimed that
-# long before the loss may have reported its outcome inside the lost window, so the window
-# reaches back this far.
-LONGEST_LEASE = timedelta(seconds=3600)
+
+def longest_lease() -> timedelta:
+    """The longest lease an agent can take (the API's bound on lease_seconds,
+    `LEDGER_MAX_LEASE_SECONDS`): an effect claimed that long before the loss may have reported
+    its outcome inside the lost window, so the window reaches back this far; and a lease taken
+    on the lost branch may have been used to send for that long after the mode began."""
+    return timedelta(seconds=settings.LEDGER_MAX_LEASE_SECONDS)
+
 
 _cache: configversion.VersionedCache[tuple[datetime | None]] = configversion.VersionedCache()
 

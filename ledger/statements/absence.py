@@ -7,7 +7,16 @@ Each dispatch of an effect has a window: from its claim (the transition event to
 transition event from `dispatching`; its lease end, `lease_expires_at`, while it still is) plus
 `settle_after` plus the skew. Absence is proven only when every window of the effect lies
 inside the union of the tool's final statements' periods, no current line of any statement
-names it, and it has no evidence of receipt. Only `unknown` effects, and `dispatching` ones
+names it, and it has no evidence of receipt.
+
+An effect restore mode put in doubt (`restored_gap`), or that started in doubt (an intent
+recorded `unknown` while a restore window was open), may have been sent on the lost branch with
+no event here to show it: it has one more window, from the restore window's `lost_since` less
+the longest lease less the skew to its `started_at` plus the longest lease, `settle_after` and
+the skew (`ledger.restore.gap.lost_dispatch_sql`; `statement_bounds` is the same range). An
+intent that started in doubt has only that window. Absence is proven for such an effect only
+when the tool's statements reference effects by idempotency key: the copy sent on the lost
+branch carried the same key, but another effect id. Only `unknown` effects, and `dispatching` ones
 whose lease has run out, are moved: to `planned` (reason `never_received`) while attempts
 remain, else to `failed` (`never_sent`). Both release the effect's amount from the limits
 and close review items that asked what happened (`ledger.effects.transitions`).
@@ -25,6 +34,8 @@ from ledger.effects.events import event_values
 from ledger.effects.states import Status
 from ledger.effects.transitions import Move, SqlExpr, transition_many
 from ledger.models import Effect, EventKind, StatementImport, StatementLine, Tool
+from ledger.restore.gap import lost_dispatch_sql
+from ledger.restore.state import longest_lease
 from ledger.statements.apply import (
     _EFFECTS,
     _EVENTS,
@@ -51,7 +62,12 @@ _PROVEN = f"""
          WHERE e.tool = %(tool)s AND e.id > %(after)s::uuid AND e.id <= %(last)s::uuid
            AND (e.status = 'unknown'
                 OR (e.status = 'dispatching' AND e.lease_expires_at < now()))
+    ), doubted AS ({lost_dispatch_sql("candidates")}
     ), windows AS (
+        SELECT d.id, tstzrange(d.lost_from - %(skew)s, d.lost_until + %(settle)s + %(skew)s,
+                               '[]') AS dispatch
+          FROM doubted d
+        UNION ALL
         SELECT c.id,
                tstzrange(claim.created_at - %(skew)s,
                          coalesce((SELECT min(n.created_at) FROM {_EVENTS} n
@@ -74,6 +90,7 @@ _PROVEN = f"""
                         WHERE l.effect_id = c.id AND l.removed_by_id IS NULL)
        AND NOT {receipt_sql("c")}
        AND (SELECT e.provider_ref FROM {_EFFECTS} e WHERE e.id = c.id) = ''
+       AND NOT (%(by_id)s AND EXISTS (SELECT 1 FROM doubted d WHERE d.id = c.id))
      ORDER BY c.id
 """
 
@@ -113,6 +130,10 @@ def _params(made: StatementImport, tool: Tool) -> dict[str, Any]:
         # As the lookups' proofs do (`ledger.provider.lookup_absence`): the default where none is
         # declared.
         "settle": tool.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER),
+        "lease": longest_lease(),
+        # A line names an effect by its id only under this reference: a copy of an effect in
+        # doubt sent on the lost branch had another id, so its line would name nothing here.
+        "by_id": tool.statement_reference == "effect_id",
     }
 
 
