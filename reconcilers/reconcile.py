@@ -40,7 +40,7 @@ from django.db import connection, transaction
 
 from ledger.containment.reviewqueue import open_review
 from ledger.effects.recovery import apply_plan, database_now, plan_for
-from ledger.effects.states import CHECKED, Status, sql_list
+from ledger.effects.states import CHECKED, Kind, Status, sql_list
 from ledger.effects.transitions import (
     Move,
     Superseded,
@@ -55,8 +55,10 @@ from ledger.observability.metrics import count_reconciliation
 from ledger.policy.tools import Policy
 from ledger.provider.duplicates import report_duplicate
 from ledger.provider.lookup_absence import not_found_proves, tail_check_due
+from ledger.restore import gap
+from reconcilers import execution
 from reconcilers.adapters import DUPLICATE, FOUND, NOT_FOUND, Lookup
-from reconcilers.registry import adapter_for
+from reconcilers.registry import adapter_for, executes
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,7 @@ def check(effects: list[Effect]) -> None:
     }
     now = database_now()
     asking = [e for e in effects if policies[e.tool].has_lookup]
+    lost = gap.lost_dispatch([e.id for e in asking])
     answers = dict(
         zip(
             [e.id for e in asking],
@@ -142,7 +145,9 @@ def check(effects: list[Effect]) -> None:
     for effect in effects:
         answer = answers.get(effect.id)
         move = (
-            None if answer is None else _settling_move(effect, policies[effect.tool], answer, now)
+            None
+            if answer is None
+            else _settling_move(effect, policies[effect.tool], answer, now, lost.get(effect.id))
         )
         if move is None:
             others.append(effect)
@@ -156,13 +161,29 @@ def check(effects: list[Effect]) -> None:
                 count_reconciliation(move.effect.tool, answers[move.effect.id].outcome)
             else:
                 log.info("effect %s changed while it was being checked; leaving it", move.effect.id)
+        _send_compensations([m for m in moves if m.effect.id in moved], tools)
         # A savepoint each, so that one effect that moved meanwhile does not undo the others.
         for effect in others:
             policy = policies[effect.tool]
             if effect.id in answers:
-                _record_answer(effect, policy, answers[effect.id], now)
+                _record_answer(effect, policy, answers[effect.id], now, lost.get(effect.id))
             else:
                 _without_lookup(effect, policy, now)
+
+
+def _send_compensations(moves: list[Move], tools: dict[str, Tool]) -> None:
+    """Compensations the ledger sends itself that a proof of absence moved back to `planned`
+    (one that started in doubt after a restore, looked up before it was ever sent): woken now,
+    after the commit; the sweep re-drives them too (`execution.redrive_executions`)."""
+    for move in moves:
+        tool = tools.get(move.effect.tool)
+        if (
+            move.to == Status.PLANNED
+            and move.effect.kind == Kind.COMPENSATION
+            and tool is not None
+            and executes(tool.reconciler)
+        ):
+            execution.execute_after_commit(move.effect.id)
 
 
 def _reconciliation(effect: Effect, answer: Lookup, policy: Policy) -> dict[str, Any]:
@@ -182,7 +203,13 @@ def _reconciliation(effect: Effect, answer: Lookup, policy: Policy) -> dict[str,
     }
 
 
-def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> Move | None:
+def _settling_move(
+    effect: Effect,
+    policy: Policy,
+    answer: Lookup,
+    now: datetime,
+    lost: tuple[datetime, datetime] | None = None,
+) -> Move | None:
     """The answer's whole consequence when it is one transition, with the reconciliation event
     ahead of it: found and matching (confirmed or failed as the provider says; pending moves a
     dispatching effect to awaiting_confirmation), or a not-found that proves absence
@@ -208,7 +235,7 @@ def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime
         changes["next_check_at"] = seconds_from_now(_backoff(0))
         return move(Status.AWAITING_CONFIRMATION, "pending_at_provider", changes, evidence)
     if answer.outcome == NOT_FOUND and effect.status != Status.AWAITING_CONFIRMATION:
-        proof = not_found_proves(effect, policy, taken_at=now, listed=answer.listed)
+        proof = not_found_proves(effect, policy, taken_at=now, listed=answer.listed, lost=lost)
         if not proof.ground:
             return None
         data = {"lookup": answer.evidence(), "proof": proof.ground}
@@ -221,12 +248,18 @@ def _settling_move(effect: Effect, policy: Policy, answer: Lookup, now: datetime
     return None
 
 
-def _record_answer(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
+def _record_answer(
+    effect: Effect,
+    policy: Policy,
+    answer: Lookup,
+    now: datetime,
+    lost: tuple[datetime, datetime] | None = None,
+) -> None:
     try:
         with transaction.atomic():
             record_event(effect.id, **_reconciliation(effect, answer, policy))
             count_reconciliation(effect.tool, answer.outcome)
-            _apply(effect, policy, answer, now)
+            _apply(effect, policy, answer, now, lost)
     except Superseded:
         log.info("effect %s changed while it was being checked; leaving it", effect.id)
 
@@ -247,7 +280,13 @@ def _without_lookup(effect: Effect, policy: Policy, now: datetime) -> None:
         log.info("effect %s changed while it was being checked; leaving it", effect.id)
 
 
-def _apply(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> None:
+def _apply(
+    effect: Effect,
+    policy: Policy,
+    answer: Lookup,
+    now: datetime,
+    lost: tuple[datetime, datetime] | None = None,
+) -> None:
     """The answers that take more than one transition (`_settling_move` has the others)."""
     if answer.outcome == DUPLICATE:
         # Received at least once, perhaps more: nothing automatic may act on it any more.
@@ -265,15 +304,21 @@ def _apply(effect: Effect, policy: Policy, answer: Lookup, now: datetime) -> Non
         open_review(effect.id, Reason.MISMATCH)
         _reschedule(effect, None)
     elif answer.outcome == NOT_FOUND and effect.status != Status.AWAITING_CONFIRMATION:
-        _not_found(effect, policy, now, answer.listed)
+        _not_found(effect, policy, now, answer.listed, lost)
     else:
         # Also a pending record for an effect that has left dispatching: asked again later.
         _inconclusive(effect, answer, now)
 
 
-def _not_found(effect: Effect, policy: Policy, now: datetime, listed: bool) -> None:
+def _not_found(
+    effect: Effect,
+    policy: Policy,
+    now: datetime,
+    listed: bool,
+    lost: tuple[datetime, datetime] | None = None,
+) -> None:
     """A not-found that proves nothing yet (a proof is a `_settling_move`)."""
-    proof = not_found_proves(effect, policy, taken_at=now, listed=listed)
+    proof = not_found_proves(effect, policy, taken_at=now, listed=listed, lost=lost)
     if proof.not_before is None:
         # A provider that ignores keys may hold our request under another name, or its search
         # has forgotten it: only a person, or a statement, can tell.

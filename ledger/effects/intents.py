@@ -174,17 +174,18 @@ def first_status(agent: Agent, intent: Intent, policy: Policy) -> Status:
     passes: the agent's mode, and an amount the tool's limits can read (422 otherwise).
     Four-eyes is decided once, here: awaiting_approval above the tool's threshold. In restore
     mode an agent's action whose tool cannot deduplicate it starts in doubt (`unknown`): it may
-    be an effect the ledger lost, posted again (`ledger.restore.state`). Four-eyes goes first:
-    an approver decides on it either way."""
+    be an effect the ledger lost, posted again (`ledger.restore.state`). So does a compensation,
+    an operator's or an agent's: one decided again after a restore gets the key the lost one
+    had, which protects only a provider that honours keys; in doubt, reconciliation looks it up
+    by key before it can be sent. Four-eyes goes first: an approver decides on it either way."""
     check_mode(agent, policy)
     amount_of(policy, intent.request)
     if needs_approval(policy, intent.request):
         return Status.AWAITING_APPROVAL
-    if (
-        intent.kind == Kind.ACTION
-        and intent.requested_by == RequestedBy.AGENT
-        and starts_in_doubt(policy)
-    ):
+    doubted_kind = intent.kind == Kind.COMPENSATION or (
+        intent.kind == Kind.ACTION and intent.requested_by == RequestedBy.AGENT
+    )
+    if doubted_kind and starts_in_doubt(policy):
         return Status.UNKNOWN
     return Status.PLANNED
 

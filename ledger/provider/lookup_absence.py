@@ -18,6 +18,11 @@ a call with less than the tool's `call_timeout` left on its lease
 refuses shorter leases). The age limits are counted from the effect's creation, which is no
 later than its first dispatch: the key or the search may have forgotten it past them.
 
+An effect restore mode put in doubt, or that started in doubt, may have been sent on the branch
+the database lost, with no event here to show it: its last dispatch ends no earlier than the
+restore window's start plus the longest lease (`ledger.restore.gap.lost_dispatch`), and its age
+counts from the window's `lost_since` less the longest lease.
+
 An effect sent again on such a proof gets one more lookup once it next resolves
 (`tail_check_due`): a first request that landed late after all shows up as a second record.
 """
@@ -51,17 +56,35 @@ def settle_after(policy: Policy) -> timedelta:
     return policy.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER)
 
 
-def last_dispatch_end(effect: Effect, now: datetime) -> datetime:
-    """The last moment a request of this effect could have left for the provider."""
+def last_dispatch_end(
+    effect: Effect, now: datetime, lost: tuple[datetime, datetime] | None = None
+) -> datetime:
+    """The last moment a request of this effect could have left for the provider. `lost`: when
+    a copy of it on a branch the database lost could have been sent (an effect in doubt after
+    a restore, `ledger.restore.gap.lost_dispatch`); its end counts as a dispatch's end."""
     if effect.status == Status.DISPATCHING:
-        return effect.lease_expires_at or now
-    return effect.left_dispatch_at or now
+        end = effect.lease_expires_at or now
+    elif effect.left_dispatch_at is not None or lost is None:
+        end = effect.left_dispatch_at or now
+    else:
+        return lost[1]  # never sent from this database: only the lost branch's copy counts
+    return max(end, lost[1]) if lost is not None else end
 
 
-def not_found_proves(effect: Effect, policy: Policy, *, taken_at: datetime, listed: bool) -> Proof:
+def not_found_proves(
+    effect: Effect,
+    policy: Policy,
+    *,
+    taken_at: datetime,
+    listed: bool,
+    lost: tuple[datetime, datetime] | None = None,
+) -> Proof:
     """Does a not-found answer, asked for at `taken_at` (`listed`: a list search), prove that
-    the provider never got this effect's request? Pure: no queries."""
-    age = taken_at - effect.created_at
+    the provider never got this effect's request? Pure: no queries. `lost` (from, until): an
+    effect in doubt after a restore may have been sent on the lost branch in that range; its
+    age is counted from the range's start when that is earlier than its creation."""
+    born = min(effect.created_at, lost[0]) if lost is not None else effect.created_at
+    age = taken_at - born
     if policy.honours_key and policy.key_ttl and age < policy.key_ttl:
         ground = BY_KEY
     elif (
@@ -73,7 +96,7 @@ def not_found_proves(effect: Effect, policy: Policy, *, taken_at: datetime, list
         ground = BY_COMPLETE_LOOKUP
     else:
         return Proof("", why_not="the provider's search cannot prove absence for this effect")
-    settled = last_dispatch_end(effect, taken_at) + settle_after(policy)
+    settled = last_dispatch_end(effect, taken_at, lost) + settle_after(policy)
     if taken_at < settled:
         return Proof("", not_before=settled, why_not="a request may still be on its way")
     return Proof(ground)
