@@ -78,7 +78,7 @@ crashtest: install-test
 # its standby promoted. Prints the counts. DRILLS_ARGS, e.g. "--seconds 60 --outage 20".
 drills: install-test
 	$(TEST_ENV) $(STACK) exec -- \
-	  $(PY) manage.py faultdrill postgres redis web failover-sync $(DRILLS_ARGS)
+	  $(PY) manage.py faultdrill postgres redis web failover-sync failover-async restore $(DRILLS_ARGS)
 
 # The multi-agent demo, against a running `make run` (its settings come from var/run.env).
 # One agent identity per role, each with a fresh key.

@@ -161,11 +161,23 @@ class ReplicaPair:
         self.standby.configure({})
         return inherited
 
+    def back_up(self) -> None:
+        """A base backup of the primary (`pg_basebackup -X stream`: consistent on its own, with
+        the WAL it needs) into the standby's directory, with a port of its own. Started, it
+        recovers to the backup's end and comes up as a primary: a restore from that backup."""
+        self.standby.run(
+            "pg_basebackup", "-D", str(self.standby.pgdata), "-d",
+            f"host=127.0.0.1 port={self.primary.port} user=postgres",
+            "-X", "stream", "-c", "fast", "--no-sync",
+        )  # fmt: skip
+        self.standby.configure({})
+
     def start_standby(self) -> None:
         self.standby.start()
 
-    def wait_streaming(self, timeout: float = 30.0) -> None:
-        """Until the primary counts the standby as its synchronous one."""
+    def wait_streaming(self, timeout: float = 30.0, state: str = "sync") -> None:
+        """Until the primary counts the standby as its synchronous one (or, `state` "async",
+        as an asynchronous one)."""
         deadline = time.monotonic() + timeout
         with self.primary.connect() as conn:
             while time.monotonic() < deadline:
@@ -173,10 +185,10 @@ class ReplicaPair:
                     "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
                     [STANDBY_NAME],
                 ).fetchone()
-                if row and row[0] == "sync":
+                if row and row[0] == state:
                     return
                 time.sleep(0.1)
-        raise RuntimeError("the standby did not become the primary's synchronous standby")
+        raise RuntimeError(f"the standby did not become the primary's {state} standby")
 
     def fence_primary(self) -> None:
         """The primary dies (an immediate stop: no shutdown checkpoint, connections cut) and is

@@ -11,6 +11,9 @@ redis     Redis stopped and started again (empty: it keeps nothing on disk) whil
           meanwhile, so each of those effects is checked afterwards.
 failover-sync  the primary SIGKILLed under load and a synchronous standby promoted, on clusters
           of its own (`devstack.drills.failover`).
+failover-async, restore  the database goes back in time under paying agents, refunds, a halt
+          and a revocation: an asynchronous standby promoted, or a base backup restored
+          (`devstack.drills.lostwindow`).
 web       gunicorn workers SIGKILLed every few seconds and the master itself (then started
           again, as a supervisor would): acknowledged intents are stored, a request that got
           no answer repeated gives 201 or 200 with the stored effect, and the service answers.
@@ -47,12 +50,14 @@ from devstack.drills.checks import (
 )
 from devstack.drills.failover import failover_sync
 from devstack.drills.load import HANG_LIMIT, Api, Call, Intent, Load
+from devstack.drills.lostwindow import lost_window
 from devstack.drills.report import DrillReport
 from devstack.drills.servers import DrillServers
 from devstack.drills.services import QCLUSTER, RQ_WORKER, SERVICES, WEB, DrillStack
 from devstack.harness import ROOT
 
-DRILLS = ("postgres", "redis", "web", "failover-sync")
+DRILLS = ("postgres", "redis", "web", "failover-sync", "failover-async", "restore")
+LOST_WINDOW = ("failover-async", "restore")
 # Drills on the shared private servers; failover-sync brings clusters of its own.
 SHARED = ("postgres", "redis", "web")
 SWEEP, ESCALATION = "reconciliation-sweep", "escalation"
@@ -393,6 +398,10 @@ def run(names: Sequence[str], size: Size, progress: TextIO = sys.stderr) -> list
         reports += _shared(names, size, workdir, progress)
     if "failover-sync" in names:
         reports.append(failover_sync(workdir, size.seconds, size.clients, progress))
+    for name in (n for n in LOST_WINDOW if n in names):
+        drill_dir = workdir / name
+        drill_dir.mkdir()
+        reports.append(lost_window(name, drill_dir, size.seconds, size.clients, progress))
     if all(report.ok for report in reports):
         shutil.rmtree(workdir, ignore_errors=True)
     return reports

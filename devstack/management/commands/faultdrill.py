@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from devstack.drills.failover import summary_line
+from devstack.drills import accounting, failover
 from devstack.drills.scenarios import DRILLS, LOGS, Size, run
 
 
@@ -18,7 +18,9 @@ class Command(BaseCommand):
         "Fault drills under load, against a private PostgreSQL and Redis and the ledger's own "
         "processes: 'postgres' and 'redis' restart that server while clients post intents, "
         "'web' SIGKILLs gunicorn workers and the master; 'failover-sync' SIGKILLs the primary "
-        "of a pair with a synchronous standby and promotes the standby. Prints the counts "
+        "of a pair with a synchronous standby and promotes the standby; 'failover-async' and "
+        "'restore' lose the last seconds of commits under paying agents (an asynchronous "
+        "standby promoted, a base backup restored) and count duplicates. Prints the counts "
         "(acknowledged against stored, 503s with Retry-After, tracebacks, latency, recovery of "
         "the workers) "
         "and exits 1 when a check fails."
@@ -66,8 +68,10 @@ class Command(BaseCommand):
         for report in reports:
             self.stdout.write(report.table())
         for report in reports:
-            if report.drill.startswith("failover"):
-                self.stdout.write(summary_line(report))
+            if report.drill == "failover-sync":
+                self.stdout.write(failover.summary_line(report))
+            elif report.drill in ("failover-async", "restore"):
+                self.stdout.write(accounting.summary_line(report))
         self.stdout.write(f"report: {o['report']}")
         failed = [r.drill for r in reports if not r.ok]
         if failed:
