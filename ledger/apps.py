@@ -22,3 +22,6 @@ class LedgerConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(keys_match_the_database, "ledger_keys")
+        from ledger.restore import incarnation
+
+        incarnation.watch()

@@ -11,6 +11,8 @@ from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
+from ledger.restore import incarnation
+
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.middleware")
 
@@ -70,6 +72,7 @@ class ApiBoundaryMiddleware:
                 status=422,
             )
         try:
+            incarnation.check_if_moved()  # a failover or restore under us: the witness first
             response = self.get_response(request)
         except (OperationalError, InterfaceError) as exc:
             return unavailable(exc)

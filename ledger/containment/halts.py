@@ -35,6 +35,7 @@ from ledger.containment import outbox
 from ledger.errors import Halted, NotFound, ValidationFailed
 from ledger.models import Agent, AlertKind, Effect, Halt, HaltScope
 from ledger.policy.agentkeys import SYSTEM_AGENT
+from ledger.restore import witness
 
 # The key of the advisory lock that orders halts against claims ("halt" in ASCII). The claim
 # trigger's function `ledger_halt_for_claim` (`ledger/sql/halts.sql`) takes it shared; `halt()`
@@ -239,6 +240,7 @@ def halt(
             details=details,
         )
         outbox.notify(AlertKind.HALT, str(made.pk), {**shown(made), "id": made.pk})
+        witness.controls_changed()
     return Switched(made, True)
 
 
@@ -277,4 +279,5 @@ def resume(halt_id: int, *, reason: str, by: str) -> Switched:
             actor=by,
             details=details,
         )
+        witness.controls_changed()
     return Switched(found, True)

@@ -20,6 +20,7 @@ from django.db.models.functions import Now
 
 from ledger.models import Agent, ApiKey, Mode
 from ledger.policy import configversion, keyuse
+from ledger.restore import witness
 
 _PREFIX_LEN = 12
 # The mode is absent from keys issued before modes existed.
@@ -154,4 +155,6 @@ def keys_of(agent: Agent) -> QuerySet[ApiKey]:
 def revoke(prefix: str) -> bool:
     revoked = ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).update(revoked_at=Now())
     configversion.expire()  # an UPDATE sends no post_save; the trigger moved the version
+    if revoked:
+        witness.controls_changed()
     return bool(revoked)

@@ -290,6 +290,8 @@ def check_witness() -> Entered | None:
                 witness=seen,
                 findings=[f.as_dict() for f in findings],
             )
+    if entered is not None and not entered.new:
+        configversion.expire()  # another process opened it: this one sees it at once too
     if current() is None:
         witnesses.write()
     return entered

@@ -65,6 +65,26 @@ def sequences() -> dict[str, int]:
         return {name: int(value) for name, value in cursor.fetchall()}
 
 
+def timeline() -> int | None:
+    """The timeline the server writes on: the first eight hex digits of the current WAL file's
+    name, which move at once with a promotion (the last checkpoint's timeline, which needs
+    privileges, only after the next checkpoint). None where neither can be read."""
+    name = _one("SELECT pg_walfile_name(pg_current_wal_lsn())")
+    if name:
+        return int(str(name)[:8], 16)
+    found = _one("SELECT timeline_id FROM pg_control_checkpoint()")
+    return int(found) if found is not None else None
+
+
+def synchronous() -> bool:
+    """Whether a commit waits for a standby (`synchronous_standby_names` set, and
+    `synchronous_commit` at least `on`): then a standby promoted holds every acknowledged
+    commit, and a promotion alone loses nothing."""
+    names = _one("SELECT current_setting('synchronous_standby_names')")
+    level = _one("SELECT current_setting('synchronous_commit')")
+    return bool(names) and level in ("on", "remote_write", "remote_apply")
+
+
 def _instant(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
@@ -77,7 +97,8 @@ def snapshot() -> dict[str, Any]:
         "format": FORMAT,
         "written_at": timezone.now().isoformat(),
         "system_identifier": _one("SELECT system_identifier::text FROM pg_control_system()"),
-        "timeline": _one("SELECT timeline_id FROM pg_control_checkpoint()"),
+        "timeline": timeline(),
+        "synchronous": synchronous(),
         "chain_head": {"seq": head.seq, "hash": head.hash},
         "sequences": sequences(),
         "halts": [
@@ -117,6 +138,24 @@ def write(target: Path | None = None) -> dict[str, Any] | None:
     return state
 
 
+def controls_changed() -> None:
+    """A halt set or lifted, or a key revoked: write the witness once that commits, not at the
+    next minute, so that a control set in the last seconds before a loss is set again by
+    restore mode. Not while restore mode is on: the witness then keeps the lost branch."""
+    if path() is not None:
+        transaction.on_commit(_write_if_not_restoring)
+
+
+def _write_if_not_restoring() -> None:
+    from ledger.restore.state import lost_since  # state reads the configuration version
+
+    try:
+        if lost_since() is None:
+            write()
+    except (OSError, DatabaseError):
+        log.exception("witness: not written after a change of controls; the sweep writes it")
+
+
 class WitnessUnreadable(Exception):
     """The witness exists but is not a witness this ledger wrote: a finding of its own, since
     the check it exists for cannot run."""
@@ -148,11 +187,34 @@ def read(source: Path | None = None) -> dict[str, Any] | None:
 class Finding:
     """One way the database is behind (or other than) what the witness saw."""
 
-    check: str  # identity | timeline | chain_head | sequence
+    check: str  # identity | timeline | promotion | chain_head | sequence
     detail: str
 
     def as_dict(self) -> dict[str, str]:
         return {"check": self.check, "detail": self.detail}
+
+
+def _timeline_findings(witness: dict[str, Any]) -> list[Finding]:
+    """An older timeline than the witness saw: a restore. A newer one: a standby was promoted,
+    which loses the last commits unless the witness saw replication synchronous."""
+    now, seen = timeline(), witness.get("timeline")
+    if now is None or seen is None or now == int(seen):
+        return []
+    if now < int(seen):
+        return [
+            Finding(
+                "timeline", f"the database is on timeline {now}, older than the witness's {seen}"
+            )
+        ]
+    if witness.get("synchronous"):
+        return []
+    return [
+        Finding(
+            "promotion",
+            f"the database moved from timeline {seen} to {now} (a standby promoted) and the "
+            "witness saw no synchronous standby: the commits it had not replicated are lost",
+        )
+    ]
 
 
 def compare(witness: dict[str, Any]) -> list[Finding]:
@@ -168,15 +230,7 @@ def compare(witness: dict[str, Any]) -> list[Finding]:
                 f"the database is cluster {system}; the witness saw cluster {seen_system}",
             )
         )
-    timeline = _one("SELECT timeline_id FROM pg_control_checkpoint()")
-    seen_timeline = witness.get("timeline")
-    if timeline is not None and seen_timeline is not None and int(timeline) < int(seen_timeline):
-        findings.append(
-            Finding(
-                "timeline",
-                f"the database is on timeline {timeline}, older than the witness's {seen_timeline}",
-            )
-        )
+    findings += _timeline_findings(witness)
     head = witness["chain_head"]
     seq, hash_ = int(head["seq"]), str(head["hash"])
     if seq > 0:
