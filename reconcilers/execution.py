@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from ledger.containment.halts import covering_sql
@@ -62,8 +63,11 @@ def execute_one(effect_id: Any) -> bool:
     if not hasattr(adapter, "execute"):
         return False
     policy = policy_for(effect.tool)
-    # Never shorter than the tool's call_timeout: the call must end inside the lease.
-    lease_seconds = max(LEASE_SECONDS, policy.lease_for(None))
+    # Never shorter than the tool's call_timeout: the call must end inside the lease. Never
+    # longer than the deployment's bound either: restore mode reaches back that far.
+    lease_seconds = max(
+        min(LEASE_SECONDS, settings.LEDGER_MAX_LEASE_SECONDS), policy.lease_for(None)
+    )
     try:
         effect, _ = claim(
             effect, owner=OWNER, claim_id=None, lease_seconds=lease_seconds, actor=ACTOR
