@@ -6,6 +6,7 @@
   compares with the witness before its next agent request is served.
 - Halts and revocations write the witness as they commit, so that one set in the last seconds
   before a loss comes back (not while restore mode is on: the witness keeps the lost branch).
+- What the lost branch spent against amount limits is counted as used.
 
 The database is the suite's own; a witness from *later* than it is what a lossy failover or a
 restore leaves behind (see tests/test_restore_mode.py).
@@ -25,6 +26,7 @@ from ledger.containment import halts
 from ledger.models import ApiKey, RestoreSource
 from ledger.policy import agentkeys
 from ledger.restore import incarnation, mode, witness
+from tests.test_limits import charge, limit_tool, refused
 from tests.test_restore_mode import later
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,3 +99,24 @@ def test_in_restore_mode_a_halt_leaves_the_witness_of_the_lost_branch(witness_fi
     mode.begin(lost_since=timezone.now() - timedelta(minutes=5), reason="restored", by="shell:t")
     halts.halt("tool", "create_ticket", reason="in the window", by="shell:t")
     assert witness_file.read_text() == kept
+
+
+def test_what_the_lost_branch_spent_against_a_limit_is_counted_as_used(witness_file, alice):
+    limit_tool(limit_amount_per_day={"EUR": "100.00"})
+    alice.claim(charge(alice, "kept", "30.00")["id"])
+    seal_all()
+    state = witness.snapshot()
+    assert state["spend"] == {"tool:charge_card|EUR": 3000}
+    # The lost branch had claimed 60.00 more before the witness was written.
+    lost = later(state)
+    lost["spend"] = {"tool:charge_card|EUR": 9000}
+
+    entered = mode.begin(
+        lost_since=timezone.now() - timedelta(minutes=5), reason="restored", by="shell:t",
+        witness=lost,
+    )  # fmt: skip
+
+    assert entered.window.applied["spend"] == {"tool:charge_card|EUR": 6000}
+    error = refused(alice, charge(alice, "after", "20.00"))
+    assert error["limit"]["current"] == "90.00"
+    assert alice.claim(charge(alice, "small", "10.00")["id"])["status"] == "dispatching"

@@ -11,7 +11,8 @@ Entering (`begin`), in one transaction under the halts' advisory lock:
   reconciliation check due now, so tools with a lookup settle it from the provider's record
   before anyone acts, and the others wait for an operator.
 - **Controls come back from the witness:** halts it saw that the database no longer has are set
-  again, and key prefixes it saw revoked are revoked again.
+  again, and key prefixes it saw revoked are revoked again. What it saw spent against amount
+  limits and the database no longer holds is counted as used (`ledger.restore.spend`).
 - **The fork is recorded** as a decision (`restore:<id>:decision:begin`), with the chain head
   the database held (`fork_seq`) and the witness's head of the lost branch.
 
@@ -47,7 +48,7 @@ from ledger.models import (
     ReviewItem,
 )
 from ledger.policy import agentkeys, configversion
-from ledger.restore import gap
+from ledger.restore import gap, spend
 from ledger.restore import witness as witnesses
 from ledger.restore.state import longest_lease
 
@@ -147,8 +148,10 @@ def _controls_again(witness: dict[str, Any] | None) -> dict[str, list[Any]]:
     return applied
 
 
-def _record(window: RestoreWindow, action: str, reason: str, by: str, details: dict) -> None:
-    record_standalone_decision(
+def _record(
+    window: RestoreWindow, action: str, reason: str, by: str, details: dict
+) -> Effect | None:
+    return record_standalone_decision(
         halts.system_agent(),
         target=f"restore:{window.pk}",
         run_id=DECISIONS_RUN,
@@ -214,7 +217,9 @@ def begin(
             "lost_head": window.lost_head,
             "in_doubt": applied["in_doubt"],
         }
-        _record(window, "begin", reason[:2000], by, details)
+        decision = _record(window, "begin", reason[:2000], by, details)
+        applied["spend"] = spend.count_again(witness, decision)
+        window.save(update_fields=["applied"])
         outbox.notify(AlertKind.RESTORE, str(window.pk), {"window": window.pk, **details})
     configversion.expire()  # this process sees its own change at once; others by the version
     log.warning("restore mode on: %s", details)

@@ -2,10 +2,12 @@
 
 Every minute the sweep writes a small JSON file (`LEDGER_WITNESS_PATH`, on other storage than
 the database) with the database's identity, the chain head, the sequences' high-water marks,
-the active halts and the revoked key prefixes. A database restored from a backup, or a replica
-promoted after asynchronous replication, is behind that file: it does not hold the witness's
-chain head, or its sequences are lower, or it is another cluster or an older timeline. Each of
-these is a *finding*; any finding puts the ledger into restore mode (`ledger.restore.mode`).
+each amount limit's spend of the last 24 hours, the active halts and the revoked key prefixes.
+A database restored from a backup, or a replica promoted after asynchronous replication, is
+behind that file: it does not hold the witness's chain head, or its sequences are lower, or it
+is another cluster, an older timeline, or a newer one the witness saw no synchronous standby
+for. Each of these is a *finding*; any finding puts the ledger into restore mode
+(`ledger.restore.mode`).
 
 The file is replaced atomically (a temporary file, fsync, rename), so a reader sees the old
 witness or the new one, never half of one. It holds no secrets: key prefixes are public parts
@@ -29,6 +31,7 @@ from django.utils import timezone
 
 from ledger.audit.seal import chain_head
 from ledger.models import ApiKey, EventSeal, Halt
+from ledger.restore import spend
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,7 @@ def snapshot() -> dict[str, Any]:
         "synchronous": synchronous(),
         "chain_head": {"seq": head.seq, "hash": head.hash},
         "sequences": sequences(),
+        "spend": spend.spent(),
         "halts": [
             {
                 "scope": h.scope,
