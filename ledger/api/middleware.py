@@ -72,7 +72,8 @@ class ApiBoundaryMiddleware:
                 status=422,
             )
         try:
-            incarnation.check_if_moved()  # a failover or restore under us: the witness first
+            if "HTTP_AUTHORIZATION" in request.META:  # an agent's call, which may write
+                incarnation.check_if_moved()  # a failover or restore under us: witness first
             response = self.get_response(request)
         except (OperationalError, InterfaceError) as exc:
             return unavailable(exc)

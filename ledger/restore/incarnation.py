@@ -4,9 +4,10 @@ A failover or a restore does not restart the ledger's processes: their connectio
 the next ones reach whichever server is now the primary (`target_session_attrs=read-write`).
 Each new connection reads which server it reached (its address, port and postmaster start
 time: one query per new connection, none on a connection kept open). When that differs from the
-server the process was on before, the next agent request first compares the database with the
-witness (`ledger.restore.mode.check_witness`), so restore mode is on before an intent is recorded
-on a database that may have lost it, rather than up to a minute later by the sweep.
+server the process was on before, the next agent request (one with a key: the schema, /health
+and /metrics read no effect) first compares the database with the witness
+(`ledger.restore.mode.check_witness`), so restore mode is on before an intent is recorded on a
+database that may have lost it, rather than up to a minute later by the sweep.
 """
 
 from __future__ import annotations
