@@ -2,8 +2,11 @@
 
 For each declared tool whose adapter, as configured, can list a time window (`lists_windows`,
 `list_window`), the provider's
-records from `lost_since` less the longest lease to the moment the mode began are listed, and
-`ledger.restore.gap.account_for` matches each to an effect or opens an incident. A listing that
+records over the lost branch's reach (`ledger.restore.gap.statement_bounds`: from `lost_since`
+less the longest lease to the mode's start plus the longest lease and settle_after) are listed
+once that range has passed, and `ledger.restore.gap.account_for` matches each to an effect or
+opens an incident. Each minute, incidents of the window whose record an effect posted again now
+names are closed (`ledger.restore.incidents`). A listing that
 is not complete (a page missing, the provider down) is tried again a minute later; each tool is
 swept once per window. Which tools are due is recorded on the window first, so restore mode does
 not end by itself before every one of them is swept.
@@ -14,9 +17,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.utils import timezone
+
 from ledger.models import Tool
-from ledger.restore import gap, mode
-from ledger.restore.state import longest_lease
+from ledger.restore import gap, incidents, mode
 from reconcilers.registry import adapter_for
 
 log = logging.getLogger(__name__)
@@ -38,10 +42,15 @@ def run() -> dict[str, Any]:
         if _lists(adapter := adapter_for(tool), tool)
     }
     gap.sweeps_due(window, list(listing_tools))
-    start, end = window.lost_since - longest_lease(), window.started_at
     done: dict[str, Any] = {}
     for name in gap.unswept(mode.current() or window):
         tool, adapter = listing_tools[name]
+        # Every moment a copy sent on the lost branch could have reached the provider: not
+        # before that range has passed, or a late send would be missed.
+        start, end = gap.statement_bounds(window, tool)
+        if timezone.now() < end:
+            done[name] = {"waiting until": end.isoformat()}
+            continue
         listing = adapter.list_window(start, end)
         if not listing.complete:
             log.warning("restore sweep of %s: %s; trying again in a minute", name, listing.detail)
@@ -49,4 +58,6 @@ def run() -> dict[str, Any]:
             continue
         done[name] = gap.account_for(window, tool, start, end, listing.records)
         log.warning("restore sweep of %s: %s", name, done[name])
+    if closed := incidents.close_explained(window):
+        done["incidents closed"] = closed
     return done

@@ -55,7 +55,7 @@ from ledger.observability.metrics import count_reconciliation
 from ledger.policy.tools import Policy
 from ledger.provider.duplicates import report_duplicate
 from ledger.provider.lookup_absence import not_found_proves, tail_check_due
-from ledger.restore import gap
+from ledger.restore import reach
 from reconcilers import execution
 from reconcilers.adapters import DUPLICATE, FOUND, NOT_FOUND, Lookup
 from reconcilers.registry import adapter_for, executes
@@ -132,7 +132,7 @@ def check(effects: list[Effect]) -> None:
     }
     now = database_now()
     asking = [e for e in effects if policies[e.tool].has_lookup]
-    lost = gap.lost_dispatch([e.id for e in asking])
+    lost = reach.lost_dispatch([e.id for e in asking])
     answers = dict(
         zip(
             [e.id for e in asking],

@@ -6,7 +6,8 @@ window for the provider's records from `lost_since` less the longest lease to th
 mode began, and hands the complete listing here. Each record is matched to an effect by the
 idempotency key the provider kept for it, else by the provider's reference an outcome reported.
 A record nothing in the ledger explains is what the lost window may hide (a charge whose intent
-was lost) or worse: it opens an incident through the orphans' path, with its alert. The listing
+was lost) or worse: it opens an incident (`ledger.restore.incidents`), closed by itself once an
+effect posted again names the record. Matching takes a few queries per thousand records. The listing
 is kept as a provisional statement of origin `sweep` (its lines, and which effect each matched),
 so the incident page shows the provider's record; a sweep never proves absence (it is
 provisional) and never revises a real statement of the same period.
@@ -27,26 +28,20 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ledger.containment import outbox
-from ledger.containment.reviewqueue import due_sql
 from ledger.models import (
-    AlertKind,
     Effect,
-    EffectEvent,
-    Incident,
-    IncidentKind,
-    LineStatus,
     RestoreWindow,
-    Severity,
     StatementImport,
     StatementLine,
     Tool,
 )
 from ledger.models.statements import Origin, Phase
+from ledger.restore import incidents
 from ledger.restore.state import longest_lease
 from ledger.statements.apply import skew_of
 
 ACTOR = "system:restore"
+CHUNK = 1000  # keys and references looked up per query
 # The reason of the move into `unknown` that entering restore mode makes (`mode.REASON`).
 REASON = "restored_gap"
 
@@ -61,10 +56,6 @@ class Record(Protocol):
     occurred_at: datetime
 
 
-def _sweep_name(window: RestoreWindow, tool: str) -> str:
-    return f"restore-window-{window.pk}-{tool}"
-
-
 def _digest(records: Sequence[Record]) -> str:
     rows = [
         [r.provider_ref, r.reference, r.type, r.status, r.amount_minor, r.currency,
@@ -74,55 +65,28 @@ def _digest(records: Sequence[Record]) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
 
 
-def _explained_by(record: Record) -> Effect | None:
-    """The effect a record belongs to: by the key the provider kept, else by its reference."""
-    if record.reference:
-        found = Effect.objects.filter(idempotency_key=record.reference).order_by("pk").first()
-        if found is not None:
-            return found
-    return Effect.objects.filter(provider_ref=record.provider_ref).order_by("pk").first()
-
-
-def _raised_already(window: RestoreWindow, record: Record) -> bool:
-    """Tools served by one provider (a charge and its refund) list the same records: one
-    incident per record and window."""
-    return Incident.objects.filter(
-        line__statement__filename__startswith=f"restore-window-{window.pk}-",
-        line__provider_ref=record.provider_ref,
-    ).exists()
-
-
-def _open_incident(tool: Tool, line: StatementLine) -> Incident:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {due_sql('t', '%(at)s')} FROM {Tool._meta.db_table} t WHERE t.name = %(tool)s",
-            {"at": line.occurred_at, "tool": tool.name},
-        )
-        (due,) = cursor.fetchone()
-    incident = Incident.objects.create(
-        kind=IncidentKind.ORPHAN,
-        tool=tool.name,
-        line=line,
-        severity=Severity.HIGH if line.status == LineStatus.SUCCEEDED else Severity.NORMAL,
-        due_at=due,
-        note="Found by the restore window sweep: no effect in the ledger names it.",
-    )
-    outbox.notify(
-        AlertKind.INCIDENT_OPENED,
-        f"incident:{incident.pk}",
-        {
-            "summary": f"{line.type} {line.provider_ref} of {tool.name} in a window the ledger "
-            "lost: no effect names it",
-            "link": "/incidents/",
-            "incident": incident.pk,
-            "tool": tool.name,
-            "provider_ref": line.provider_ref,
-            "amount_minor": line.amount_minor,
-            "currency": line.currency,
-            "severity": int(incident.severity),
-        },
-    )
-    return incident
+def _explained(records: Sequence[Record]) -> dict[str, Any]:
+    """Which effect explains each record, in a few queries whatever the listing's length: by
+    the key the provider kept for it, else by the provider's reference an outcome reported.
+    Keyed by provider reference."""
+    by_key: dict[str, Any] = {}
+    by_ref: dict[str, Any] = {}
+    keys = sorted({r.reference for r in records if r.reference})
+    refs = sorted({r.provider_ref for r in records})
+    for start in range(0, max(len(keys), len(refs)), CHUNK):
+        for key, effect_id in (
+            Effect.objects.filter(idempotency_key__in=keys[start : start + CHUNK])
+            .order_by("-pk")
+            .values_list("idempotency_key", "pk")
+        ):
+            by_key[key] = effect_id  # the first effect holding the key is kept (pk order)
+        for ref, effect_id in (
+            Effect.objects.filter(provider_ref__in=refs[start : start + CHUNK])
+            .order_by("-pk")
+            .values_list("provider_ref", "pk")
+        ):
+            by_ref[ref] = effect_id
+    return {r.provider_ref: by_key.get(r.reference) or by_ref.get(r.provider_ref) for r in records}
 
 
 def account_for(
@@ -137,7 +101,7 @@ def account_for(
             return swept[tool.name]
         sweep = StatementImport.objects.create(
             tool=tool.name,
-            filename=_sweep_name(window, tool.name),
+            filename=incidents.sweep_name(window, tool.name),
             sha256=_digest(records),
             period_start=start,
             period_end=end,
@@ -149,10 +113,9 @@ def account_for(
             orphans_checked=True,
             lines=len(records),
         )
-        counts = {"records": len(records), "matched": 0, "incidents": 0}
-        for number, record in enumerate(records, start=1):
-            effect = _explained_by(record)
-            line = StatementLine.objects.create(
+        explained = _explained(records)
+        lines = StatementLine.objects.bulk_create(
+            StatementLine(
                 statement=sweep,
                 line_no=number,
                 provider_ref=record.provider_ref,
@@ -162,19 +125,18 @@ def account_for(
                 amount_minor=record.amount_minor,
                 currency=record.currency,
                 occurred_at=record.occurred_at,
-                effect=effect,
-                outcome="matched" if effect else "orphan",
+                effect_id=explained[record.provider_ref],
+                outcome="matched" if explained[record.provider_ref] else "orphan",
             )
-            if effect is not None:
-                counts["matched"] += 1
-            elif _raised_already(window, record):
-                counts["raised by another tool's sweep"] = (
-                    counts.get("raised by another tool's sweep", 0) + 1
-                )
-            else:
-                _open_incident(tool, line)
-                counts["incidents"] += 1
-        sweep.lines_matched, sweep.orphans = counts["matched"], counts["incidents"]
+            for number, record in enumerate(records, start=1)
+        )
+        orphans = [line for line in lines if line.effect_id is None]
+        raised = incidents.raise_for(window, tool, orphans)
+        counts = {"records": len(records), "matched": len(records) - len(orphans)}
+        counts["incidents"] = raised
+        if len(orphans) > raised:
+            counts["raised by another tool's sweep"] = len(orphans) - raised
+        sweep.lines_matched, sweep.orphans = counts["matched"], raised
         sweep.save(update_fields=["lines_matched", "orphans"])
         swept[tool.name] = {**counts, "import": sweep.pk, "at": timezone.now().isoformat()}
         window.save(update_fields=["applied"])
@@ -229,38 +191,6 @@ def statements_missing(window: RestoreWindow) -> list[str]:
             if not cursor.fetchone()[0]:
                 missing.append(tool.name)
     return missing
-
-
-def lost_dispatch_sql(effects: str) -> str:
-    """SQL: (id, lost_from, lost_until) for each effect of `effects` (a relation with an `id`
-    column) that restore mode put in doubt (`restored_gap`) or that started in doubt (its
-    intent event went to `unknown`), for each restore window whose [started_at, ended_at)
-    holds that event: when a copy of it on the lost branch could have been sent, from
-    `lost_since` less the longest lease to `started_at` plus the longest lease. No event of
-    the database shows such a dispatch. Takes the parameter %(lease)s (`longest_lease`)."""
-    return f"""
-        SELECT d.effect_id AS id, w.lost_since - %(lease)s AS lost_from,
-               w.started_at + %(lease)s AS lost_until
-          FROM {EffectEvent._meta.db_table} d
-          JOIN {RestoreWindow._meta.db_table} w
-            ON d.created_at >= w.started_at AND (w.ended_at IS NULL OR d.created_at < w.ended_at)
-         WHERE d.effect_id IN (SELECT id FROM {effects}) AND d.to_status = 'unknown'
-           AND (d.kind = 'intent' OR (d.kind = 'transition' AND d.reason = '{REASON}'))"""
-
-
-def lost_dispatch(effect_ids: Sequence[Any]) -> dict[Any, tuple[datetime, datetime]]:
-    """`lost_dispatch_sql` for the given effects, in one query: {id: (lost_from, lost_until)},
-    the widest range over their windows; effects never in doubt are left out."""
-    if not effect_ids:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "WITH batch AS (SELECT unnest(%(ids)s::uuid[]) AS id) "
-            "SELECT id, min(lost_from), max(lost_until) "
-            f"FROM ({lost_dispatch_sql('batch')}) lost GROUP BY id",
-            {"ids": [str(i) for i in effect_ids], "lease": longest_lease()},
-        )
-        return {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
 
 
 def unswept(window: RestoreWindow) -> list[str]:

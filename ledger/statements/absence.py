@@ -13,7 +13,7 @@ An effect restore mode put in doubt (`restored_gap`), or that started in doubt (
 recorded `unknown` while a restore window was open), may have been sent on the lost branch with
 no event here to show it: it has one more window, from the restore window's `lost_since` less
 the longest lease less the skew to its `started_at` plus the longest lease, `settle_after` and
-the skew (`ledger.restore.gap.lost_dispatch_sql`; `statement_bounds` is the same range). An
+the skew (`ledger.restore.reach.lost_dispatch_sql`; `statement_bounds` is the same range). An
 intent that started in doubt has only that window. Absence is proven for such an effect only
 when the tool's statements reference effects by idempotency key: the copy sent on the lost
 branch carried the same key, but another effect id. Only `unknown` effects, and `dispatching` ones
@@ -34,7 +34,7 @@ from ledger.effects.events import event_values
 from ledger.effects.states import Status
 from ledger.effects.transitions import Move, SqlExpr, transition_many
 from ledger.models import Effect, EventKind, StatementImport, StatementLine, Tool
-from ledger.restore.gap import lost_dispatch_sql
+from ledger.restore.reach import lost_dispatch_sql
 from ledger.restore.state import longest_lease
 from ledger.statements.apply import (
     _EFFECTS,
