@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from ledger.containment.reviewqueue import open_review
 from ledger.effects.states import Status
 from ledger.effects.transitions import transition
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem, Tool
 from ledger.policy.toolfile import ToolFileError, load
+from ledger.restore import mode
 from reviews.alerts.escalation import escalate
 from tests.factories import signed_in
 from tests.helpers import assert_error, events_of
@@ -395,3 +397,26 @@ def test_a_proposal_made_before_the_effect_moved_is_never_carried_out(olga, otto
     proposals = RetryProposal.objects.filter(effect=email)
     outcomes = dict(proposals.values_list("proposed_by", "outcome"))
     assert outcomes == {olga.pk: "superseded", otto.pk: ""}
+
+
+def test_in_restore_mode_an_approved_effect_is_looked_up_before_it_can_be_claimed(
+    alice, four_eyes, olga, django_capture_on_commit_callbacks
+):
+    """Its approval, and what followed, may be among what the lost branch held: posted again,
+    it is looked up like any new intent of a tool without keys, approval first."""
+    four_eyes.honours_key = False
+    four_eyes.save()
+    mode.begin(lost_since=timezone.now() - timedelta(minutes=5), reason="restored", by="shell:t")
+    effect = held(alice)  # four-eyes still goes first
+    page = signed_in(olga).get(f"/effects/{effect.id}/").content.decode()
+    assert "Restore mode is on: the effect becomes unknown" in page
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post_decision(signed_in(olga), effect, "approve").status_code == 302
+
+    effect.refresh_from_db()
+    assert effect.status == "unknown" and effect.next_check_at is not None
+    item = ReviewItem.objects.get(effect=effect, resolved_at__isnull=True)
+    assert item.reason == Reason.RESTORED_GAP
+    refused = alice.post(f"/effects/{effect.id}/claim", {"owner": "worker-1"})
+    assert assert_error(refused, 409, "invalid_transition")["status"] == "unknown"

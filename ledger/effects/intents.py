@@ -182,12 +182,19 @@ def first_status(agent: Agent, intent: Intent, policy: Policy) -> Status:
     amount_of(policy, intent.request)
     if needs_approval(policy, intent.request):
         return Status.AWAITING_APPROVAL
-    doubted_kind = intent.kind == Kind.COMPENSATION or (
-        intent.kind == Kind.ACTION and intent.requested_by == RequestedBy.AGENT
-    )
-    if doubted_kind and starts_in_doubt(policy):
+    if released_in_doubt(intent.kind, intent.requested_by, policy):
         return Status.UNKNOWN
     return Status.PLANNED
+
+
+def released_in_doubt(kind: str, requested_by: str, policy: Policy) -> bool:
+    """Whether an effect of this kind, once free to be claimed (new, or approved by a second
+    operator), starts in doubt instead: in restore mode, an agent's action or any compensation
+    whose tool cannot deduplicate it (`first_status`)."""
+    doubted_kind = kind == Kind.COMPENSATION or (
+        kind == Kind.ACTION and requested_by == RequestedBy.AGENT
+    )
+    return doubted_kind and starts_in_doubt(policy)
 
 
 def record_intent(

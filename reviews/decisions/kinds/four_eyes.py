@@ -4,16 +4,32 @@ but their word that the provider never received it (`reviews.decisions.approvals
 
 from __future__ import annotations
 
+from functools import partial
+
+from django.db import transaction
+
+from ledger.containment.reviewqueue import open_review
+from ledger.effects.intents import released_in_doubt
 from ledger.effects.recovery import VERIFIED_ABSENT
 from ledger.effects.states import Kind, Status
-from ledger.effects.transitions import transition
+from ledger.effects.transitions import SqlExpr, transition
 from ledger.models import Effect, Reason
+from ledger.policy.tools import policy_for
 from reconcilers.execution import can_execute, execute_after_commit
 from reviews.decisions.approvals import waits_for_second_pair
 from reviews.decisions.declaration import OUTCOME_UNKNOWN, Action, Carried, Carrying, DecisionKind
 from reviews.decisions.kinds.resend import replan
 from reviews.decisions.kinds.settle import cancel, cancel_preview
-from reviews.decisions.whatnext import PERSON, Facts, Line, Preview, base, released, resend
+from reviews.decisions.whatnext import (
+    LEDGER,
+    PERSON,
+    Facts,
+    Line,
+    Preview,
+    base,
+    released,
+    resend,
+)
 
 _WAITING = frozenset({Status.AWAITING_APPROVAL, Status.UNKNOWN})
 # An effect held for approval past its tool's window is escalated as well (`STALE`).
@@ -23,15 +39,46 @@ _HELD = frozenset({Reason.APPROVAL_REQUIRED, Reason.STALE})
 def _approve_preview(effect: Effect, facts: Facts, action: str) -> Preview:
     if effect.status == Status.UNKNOWN:  # a proposed retry: the second pair of eyes
         return resend(effect, facts, action, VERIFIED_ABSENT)
+    if released_in_doubt(effect.kind, effect.requested_by, policy_for(effect.tool)):
+        return base(
+            effect,
+            action,
+            Status.UNKNOWN,
+            LEDGER,
+            Line(
+                "Restore mode is on: the effect becomes unknown, and the ledger asks the "
+                "provider by its idempotency key before anyone may send it. The lost window "
+                "may have approved and sent it already."
+            ),
+        )
     return released(effect, facts, action)
 
 
 def _approve(c: Carrying) -> Carried:
     if c.target.status != Status.AWAITING_APPROVAL:
         return replan(c)  # a retry proposal, approved: the retry is carried out
+    if released_in_doubt(c.target.kind, c.target.requested_by, c.policy):
+        return _approved_in_doubt(c)
     moved = transition(c.target, Status.PLANNED, actor=c.actor, reason=c.reason, data=c.data)
     if moved.kind == Kind.COMPENSATION and can_execute(moved.tool):
         execute_after_commit(moved.id)  # an operator's refund above the threshold
+    return Carried(moved)
+
+
+def _approved_in_doubt(c: Carrying) -> Carried:
+    """Approved in restore mode: the effect may be one the lost branch approved and sent
+    already, posted again, so it is looked up before it can be claimed (`unknown`, a check due
+    now), as a new intent of its tool would be; a restored_gap item opens once the approval's
+    own item is closed with this decision."""
+    moved = transition(
+        c.target,
+        Status.UNKNOWN,
+        actor=c.actor,
+        reason=c.reason,
+        changes={"next_check_at": SqlExpr("now()")},
+        data={**c.data, "restore_mode": True},
+    )
+    transaction.on_commit(partial(open_review, moved.id, Reason.RESTORED_GAP))
     return Carried(moved)
 
 
