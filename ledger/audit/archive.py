@@ -300,6 +300,9 @@ def _drop(part: partitions.Partition, checkpoint: ArchivedMonth) -> None:
         # The sealer is not writing while the month goes (it waits for this transaction).
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_SEALER_LOCK])
         checkpoint.save()
+        # Not DETACH ... CONCURRENTLY: PostgreSQL refuses it on a table with a DEFAULT partition,
+        # and it cannot share a transaction with the checkpoint. The plain DETACH takes ACCESS
+        # EXCLUSIVE on the events table for a moment, under lock_timeout, retried (`retrying`).
         cursor.execute(f"ALTER TABLE {partitions.EVENTS} DETACH PARTITION {part.name}")
         cursor.execute(f"DROP TABLE {part.name}")
 
