@@ -76,6 +76,18 @@ def _lost(drill: LostWindowDrill, window: Window) -> tuple[int, int]:
     return runs, sum(1 for parent in decided if parent not in refunded)
 
 
+def _story(drill: LostWindowDrill, run_id: str) -> list[Any]:
+    """The ledger's side of a run that did not end: its effects' moves, and open items."""
+    return drill.sql(
+        "SELECT e.status, ev.kind, ev.from_status, ev.to_status, ev.reason, ev.actor, "
+        "ev.created_at::time, (SELECT string_agg(r.reason, ',') FROM reviews_reviewitem r "
+        "WHERE r.effect_id = e.id AND r.resolved_at IS NULL) "
+        "FROM ledger_effect e JOIN ledger_effectevent ev ON ev.effect_id = e.id "
+        "WHERE e.run_id = %s ORDER BY ev.id",
+        [run_id],
+    )
+
+
 def _controls(drill: LostWindowDrill, keys: list[str]) -> dict[str, bool]:
     assert drill.stack is not None
     api = drill.stack.api_url
@@ -131,6 +143,9 @@ def score(
             ),
             "restore windows (source, put in doubt)": [list(w) for w in windows],
             "incidents": drill.sql("SELECT count(*) FROM ledger_incident")[0][0],
+            "incidents still open": drill.sql(
+                "SELECT count(*) FROM ledger_incident WHERE acknowledged_at IS NULL"
+            )[0][0],
             "acknowledged": sum(len(run.acked) for run in runs)
             + sum("compensation" in r for r in [*window.refunds, *again]),
             "lost": lost_runs + lost_refunds,
@@ -150,8 +165,10 @@ def score(
         "restore mode entered by itself",
         report.counts["restore mode entered after (s)"] is not None,
     )
-    report.expect("every run ended", all(run.state in ("confirmed", "failed") for run in runs),
-                  str(report.counts["runs by end"]))  # fmt: skip
+    unended = [run for run in runs if run.state not in ("confirmed", "failed")]
+    report.expect("every run ended", not unended, str(report.counts["runs by end"]))
+    for run in unended[:5]:
+        drill.say(f"run {run.run_id} ({run.tool}) ended {run.state}: {_story(drill, run.run_id)}")
     for check, ok in _controls(drill, keys).items():
         report.counts[check] = ok
         report.expect(check, ok)
