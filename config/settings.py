@@ -339,6 +339,8 @@ LEDGER_MAX_WAITERS = env_int(
 # How many of those places one agent may hold at once (ledger.api.longpoll.agent_share); 0: half of
 # LEDGER_MAX_WAITERS, at least one. The rest of that agent's long polls are answered at once.
 LEDGER_WAITERS_PER_AGENT = env_int("LEDGER_WAITERS_PER_AGENT", 0, minimum=0)
+
+
 # Where an intent's callback_url may point (ledger.api.callbacktargets): origins
 # (`https://hooks.example.com:8443`) and URL prefixes (`https://hooks.example.com/agents/`);
 # none: every callback_url is refused. The old LEDGER_CALLBACK_HOSTS (bare host names, which
