@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from config.env import env_int
-from ledger.models import Effect, StatementImport
+from ledger.models import Effect, RestoreWindow, StatementImport
 from ledger.models.statements import Origin
 from ledger.restore import gap, mode
 from ledger.restore.state import longest_lease
@@ -111,10 +111,23 @@ def test_statements_must_cover_the_window_the_capped_lease_gives(stmt_tool, capp
     assert gap.statements_missing(window) == []
 
 
-def test_the_sweep_lists_from_lost_since_less_the_capped_lease(provider, capped):
+def test_the_sweep_lists_the_capped_reach_once_it_has_passed(provider, tools, capped):
+    tool = tools["charge_card"]
+    tool.settle_after, tool.statement_skew = timedelta(seconds=1), timedelta(0)
+    tool.save()
     lost = timezone.now() - timedelta(minutes=1)
     window = mode.begin(lost_since=lost, reason="PITR", by="shell:t").window
+    # Until the mode's start plus the capped lease and settle_after: a late send may still come.
+    reach_end = window.started_at + timedelta(seconds=capped + 1)
+    assert gapsweep.run()["charge_card"] == {"waiting until": reach_end.isoformat()}
+    assert not StatementImport.objects.filter(origin=Origin.SWEEP).exists()
+
+    # The same window entered long enough ago: listed from lost_since less the capped lease.
+    earlier = timedelta(seconds=capped + 60)
+    RestoreWindow.objects.filter(pk=window.pk).update(
+        lost_since=lost - earlier, started_at=window.started_at - earlier
+    )
     gapsweep.run()
     swept = StatementImport.objects.get(origin=Origin.SWEEP, tool="charge_card")
-    assert swept.period_start == lost - timedelta(seconds=300)
-    assert swept.period_end == window.started_at
+    assert swept.period_start == lost - earlier - timedelta(seconds=capped)
+    assert swept.period_end == reach_end - earlier
