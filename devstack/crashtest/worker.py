@@ -160,19 +160,22 @@ class Worker:
             return
         if marker := self.crash_due(workflow, BEFORE_PERSIST):
             die(marker)
-        if reply.status_code in (200, 201):
-            charge = reply.json()
-            outcome = {
-                "lease_token": token,
-                "status": "confirmed",
-                "provider_ref": charge["id"],
-                "response": charge,
-            }
-        elif reply.status_code >= 500:
-            outcome = {"lease_token": token, "status": "unknown", "error": reply.text[:500]}
-        else:
-            outcome = {"lease_token": token, "status": "failed", "error": reply.text[:500]}
-        self.call("POST", path, outcome)
+        self.call("POST", path, charge_outcome(token, reply))
+
+
+def charge_outcome(token: str, reply: httpx.Response) -> dict[str, Any]:
+    """The outcome to report for the provider's answer to a charge: confirmed with its id, a
+    5xx unknown (it may have been done), any other refusal failed."""
+    if reply.status_code in (200, 201):
+        charge = reply.json()
+        return {
+            "lease_token": token,
+            "status": "confirmed",
+            "provider_ref": charge["id"],
+            "response": charge,
+        }
+    status = "unknown" if reply.status_code >= 500 else "failed"
+    return {"lease_token": token, "status": status, "error": reply.text[:500]}
 
 
 def main(argv: list[str]) -> int:

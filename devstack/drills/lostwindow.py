@@ -360,7 +360,7 @@ class LostWindowDrill:
             self.on_agents(lambda agent: agent.replay(WAITING))
         self._until_every_run_ended()
         self.report.counts["restore mode ended after (s)"] = self.wait_mode(False, WAIT_FOR_MODE)
-        self._verdict(window, again, keys)
+        score(self, window, again, keys)
         now = self.stack.pids()
         self.report.counts["processes restarted"] = sum(
             1 for name in SERVICES if now[name] != before[name] or not self.stack.alive(name)
@@ -379,9 +379,6 @@ class LostWindowDrill:
             self.on_agents(lambda agent: agent.replay(WAITING), seconds=60)
 
     # --- the verdict ---------------------------------------------------------------------------
-
-    def _verdict(self, window: Window, again: list[dict[str, Any]], keys: list[str]) -> None:
-        score(self, window, again, keys)
 
 
 def lost_window(

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from devstack.crashtest.worker import charge_outcome
 from devstack.drills.load import Api, Call, pause_after
 
 LEASE_SECONDS = 5
@@ -99,16 +100,7 @@ class PayAgent:
         except httpx.HTTPError as exc:
             outcome = {"lease_token": token, "status": "unknown", "error": type(exc).__name__}
         else:
-            if reply.status_code in (200, 201):
-                charge = reply.json()
-                outcome = {
-                    "lease_token": token,
-                    "status": "confirmed",
-                    "provider_ref": charge["id"],
-                    "response": charge,
-                }
-            else:
-                outcome = {"lease_token": token, "status": "unknown", "error": reply.text[:300]}
+            outcome = charge_outcome(token, reply)
         answer = until_answered(self.api, "outcome", "POST", path, outcome, self._deadline)
         if answer is not None and answer.status == 200:
             run.acked.append("outcome")

@@ -16,11 +16,9 @@ from collections.abc import Sequence
 
 from django.db import connection, transaction
 from django.db.models import Q
-from django.db.models.functions import Now
 
-from ledger.containment import halts, outbox
+from ledger.containment import outbox
 from ledger.containment.reviewqueue import due_sql
-from ledger.effects.decision_records import record_standalone_decision
 from ledger.models import (
     AlertKind,
     Effect,
@@ -32,7 +30,7 @@ from ledger.models import (
     StatementLine,
     Tool,
 )
-from ledger.statements.orphans import DECISIONS_RUN
+from ledger.statements.orphans import record_acknowledgement
 
 ACTOR = "system:restore"
 
@@ -134,23 +132,15 @@ def _close(incident: Incident, effect: str) -> bool:
     line = incident.line
     note = f"Explained after the restore: effect {effect} names {line.type} {line.provider_ref}."
     with transaction.atomic():
-        still_open = Incident.objects.select_for_update().filter(
-            pk=incident.pk, acknowledged_at__isnull=True
+        locked = (
+            Incident.objects.select_for_update()
+            .select_related("line")
+            .filter(pk=incident.pk, acknowledged_at__isnull=True)
+            .first()
         )
-        if not still_open.exists():
+        if locked is None:
             return False  # a person acknowledged it meanwhile
-        decision = record_standalone_decision(
-            halts.system_agent(),
-            target=f"incident:{incident.pk}",
-            run_id=DECISIONS_RUN,
-            key=f"incident:{incident.pk}:decision:acknowledge",
-            action="acknowledge",
-            reason=note,
-            asked={"incident": incident.pk, "effect": effect},
-            actor=ACTOR,
-            details={"incident": incident.pk, "effect": effect, "provider_ref": line.provider_ref},
-        )
-        still_open.update(
-            acknowledged_at=Now(), note=note, decision_id=decision.pk if decision else None
+        record_acknowledgement(
+            locked, actor=ACTOR, note=note, asked={"incident": incident.pk, "effect": effect}
         )
     return True

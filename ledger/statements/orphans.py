@@ -121,6 +121,42 @@ def incident_queue() -> QuerySet[Incident]:
     )
 
 
+def record_acknowledgement(
+    incident: Incident, *, actor: str, note: str, user: Any = None, asked: dict | None = None
+) -> None:
+    """Close `incident` (locked, still open) with `note`, recorded as a decision effect of
+    `actor` in the caller's transaction; `user` is the person, None for a machine."""
+    line = incident.line
+    details = {
+        "incident": incident.pk,
+        "kind": incident.kind,
+        "tool": incident.tool,
+        "provider_ref": line.provider_ref,
+        "type": line.type,
+        "amount_minor": line.amount_minor,
+        "currency": line.currency,
+        "statement": line.statement_id,
+        "line": line.line_no,
+    }
+    decision = record_standalone_decision(
+        system_agent(),
+        target=f"incident:{incident.pk}",
+        run_id=DECISIONS_RUN,
+        key=f"incident:{incident.pk}:decision:acknowledge",
+        action="acknowledge",
+        reason=note,
+        asked=asked or {"incident": incident.pk, "note": note},
+        actor=actor,
+        details=details,
+    )
+    Incident.objects.filter(pk=incident.pk).update(
+        acknowledged_at=Now(),
+        acknowledged_by=user,
+        note=note,
+        decision_id=decision.pk if decision else None,
+    )
+
+
 def acknowledge_incident(incident_id: int, *, user: Any, note: str) -> Incident:
     """Close an open incident with a person's note, recorded as a decision effect in the same
     transaction. `NotFound` for no such incident; `AlreadyAcknowledged` (409) naming who did
@@ -143,34 +179,6 @@ def acknowledge_incident(incident_id: int, *, user: Any, note: str) -> Incident:
                 f"Incident {incident_id} was acknowledged by {who} at "
                 f"{incident.acknowledged_at.isoformat()}."
             )
-        line = incident.line
-        details = {
-            "incident": incident.pk,
-            "kind": incident.kind,
-            "tool": incident.tool,
-            "provider_ref": line.provider_ref,
-            "type": line.type,
-            "amount_minor": line.amount_minor,
-            "currency": line.currency,
-            "statement": line.statement_id,
-            "line": line.line_no,
-        }
-        decision = record_standalone_decision(
-            system_agent(),
-            target=f"incident:{incident.pk}",
-            run_id=DECISIONS_RUN,
-            key=f"incident:{incident.pk}:decision:acknowledge",
-            action="acknowledge",
-            reason=note,
-            asked={"incident": incident.pk, "note": note},
-            actor=actor,
-            details=details,
-        )
-        Incident.objects.filter(pk=incident.pk).update(
-            acknowledged_at=Now(),
-            acknowledged_by=user,
-            note=note,
-            decision_id=decision.pk if decision else None,
-        )
+        record_acknowledgement(incident, actor=actor, note=note, user=user)
     incident.refresh_from_db()
     return incident
