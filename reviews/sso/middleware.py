@@ -10,6 +10,10 @@ htmx request that the login page would answer, once the session is gone, is told
 any other request that is not a page load (a form's POST) is answered 401 with a page that says
 so, and is not carried out. The configuration is read per request.
 
+The page to come back to after the round trip is kept only when it is a path on this site
+(`reviews.sso.views.local_return`): a link to `//evil.example/`, `/%2F%2Fevil.example/` or
+`/\\evil.example` comes back to the overview, never elsewhere; the callback checks it again.
+
 Also, while single sign-on is on, every page's Content-Security-Policy lets forms lead to the
 provider (`form-action`): signing out is a form whose answer redirects there.
 """
@@ -33,7 +37,7 @@ from mozilla_django_oidc.utils import (
 
 from reviews.sso.config import SsoConfig
 from reviews.sso.provider import SsoRefused, current, endpoint
-from reviews.sso.views import BACKEND
+from reviews.sso.views import BACKEND, local_return
 
 Handler = Callable[[HttpRequest], HttpResponseBase]
 # Where a lapsed session may still go: the round trip itself and signing out.
@@ -65,7 +69,7 @@ def renewal_url(request: HttpRequest, config: SsoConfig) -> str:
         "code_challenge_method": "S256",
     }
     add_state_and_verifier_and_nonce_to_session(request, state, params, verifier)
-    request.session["oidc_login_next"] = request.get_full_path()
+    request.session["oidc_login_next"] = local_return(request, request.get_full_path())
     return f"{endpoint(config, 'authorization')}?{urlencode(params, quote_via=quote)}"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 import requests
 from django.conf import settings
@@ -20,6 +20,7 @@ from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from mozilla_django_oidc.views import (
     OIDCAuthenticationCallbackView,
     OIDCAuthenticationRequestView,
@@ -41,6 +42,20 @@ def refused(request: HttpRequest, error: SsoRefused, *, sign_out: bool = True) -
     log.warning("sign-in through the identity provider refused: %s", error.reason)
     context = {"message": error.message, "reason": error.reason}
     return render(request, "registration/sso_refused.html", context, status=error.status)
+
+
+def local_return(request: HttpRequest, url: str | None) -> str:
+    """`url` when it stays on this site, else the overview: Django's
+    `url_has_allowed_host_and_scheme` for the request's host (HTTPS required on a secure
+    request) must accept it both as it is and decoded once, so that `//host`, `/\\host` and
+    their percent-encoded forms never lead away, whoever decodes them."""
+    if url:
+        safe = {"allowed_hosts": {request.get_host()}, "require_https": request.is_secure()}
+        if url_has_allowed_host_and_scheme(url, **safe) and url_has_allowed_host_and_scheme(
+            unquote(url), **safe
+        ):
+            return url
+    return reverse("overview")
 
 
 class SignInView(auth_views.LoginView):
@@ -95,6 +110,12 @@ class SsoCallback(OIDCAuthenticationCallbackView):
     @property
     def failure_url(self) -> str:
         return reverse("login")
+
+    @property
+    def success_url(self) -> str:
+        """The return address kept in the session, checked again here: one stored by an older
+        process, or by anything else, never leads off the site."""
+        return local_return(self.request, self.request.session.get("oidc_login_next"))
 
     def get(self, request: HttpRequest) -> HttpResponse:  # type: ignore[override]
         if current() is None:
