@@ -344,7 +344,18 @@ def test_recovery_at_start_up_returns_the_plan(ledger):
     actions = {item.effect.id: item.action for item in plan}
     assert actions == {e.id: "retry_safe", crashed.id: "reconcile"}
     assert [item.effect.step_id for item in plan.retry_safe] == ["retry"]
-    assert plan.counts_by_status == {"planned": 1, "dispatching": 1, "confirmed": 1}
+    assert plan.counts_by_status == {"planned": 1, "dispatching": 1}
+
+
+def test_recover_follows_the_pages_to_the_last(ledger, settings):
+    settings.LEDGER_RECOVERY_LIMIT = 2  # pages of two
+    for n in range(5):
+        ledger.record_intent("run-1", f"step-{n}", "charge_card", "acct_42", CHARGE)
+
+    plan = ledger.recover("run-1", dry_run=True)
+
+    assert [item.effect.step_id for item in plan] == [f"step-{n}" for n in range(5)]
+    assert plan.next_cursor is None and plan.counts_by_status == {"planned": 5}
 
 
 def test_an_unreachable_ledger_is_reported_after_the_retries(tools):

@@ -120,14 +120,14 @@ def test_an_unknown_effect_with_attempts_used_up_goes_to_review(alice):
     assert (item["action"], item["reason"]) == ("review", "attempts_exhausted")
 
 
-def test_recovery_filters_by_owner_and_counts_by_status(alice):
+def test_recovery_filters_by_owner_and_counts_unfinished_effects_by_status(alice):
     mine = alice.intent(step_id="a", claim=True, owner="w-1")
     alice.intent(step_id="b", claim=True, owner="w-2")
     done = alice.intent(step_id="c", claim=True, owner="w-1")
     alice.outcome(done["id"], done["lease_token"])
     body = alice.post("/recovery", {"owner": "w-1", "dry_run": True}).json()
     assert [item["effect"]["id"] for item in body["effects"]] == [mine["id"]]
-    assert body["counts_by_status"] == {"dispatching": 1, "confirmed": 1}
+    assert body["counts_by_status"] == {"dispatching": 1}
 
 
 def test_an_effect_with_an_open_review_item_is_left_to_the_person(alice):

@@ -277,8 +277,16 @@ class AsyncLedger:
     async def recover(
         self, run_id: str | None = None, *, owner: str | None = None, dry_run: bool = False
     ) -> RecoveryPlan:
-        call = protocol.recovery(run_id, owner, dry_run)
-        return protocol.parse(RecoveryPlan, await self._send(call))
+        """As the sync client's `recover`: every page, most urgent first."""
+        pages = [
+            protocol.parse(
+                RecoveryPlan, await self._send(protocol.recovery(run_id, owner, dry_run))
+            )
+        ]
+        while pages[-1].next_cursor is not None:
+            call = protocol.recovery(run_id, owner, dry_run, pages[-1].next_cursor)
+            pages.append(protocol.parse(RecoveryPlan, await self._send(call)))
+        return protocol.whole_plan(pages)
 
     async def health(self) -> Health:
         return protocol.parse(Health, await self._send(protocol.health()))

@@ -168,7 +168,11 @@ class RecoveryPlan(Model):
     """
 
     effects: list[RecoveryItem]
+    # The incomplete effects in scope by status (older ledgers counted every status).
     counts_by_status: dict[str, int] = Field(default_factory=dict)
+    # Where the next page starts; None on the last (and from a ledger that does not page).
+    # `recover()` follows it, so its plan holds every page.
+    next_cursor: str | None = None
 
     def __iter__(self) -> Iterator[RecoveryItem]:  # type: ignore[override]
         # A plan is read as its items; pydantic's field iteration is not needed on it.

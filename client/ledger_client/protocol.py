@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ledger_client import errors
-from ledger_client.models import EffectRecord, Refusal
+from ledger_client.models import EffectRecord, RecoveryPlan, Refusal
 
 API_PREFIX = "/api/v1"
 USER_AGENT = "effect-ledger-client/0.2"
@@ -193,13 +193,27 @@ def journal(run_id: str, *, limit: int, cursor: str | None) -> Call:
     return Call("GET", f"/runs/{run_id}/journal", params=params)
 
 
-def recovery(run_id: str | None, owner: str | None, dry_run: bool) -> Call:
+def recovery(
+    run_id: str | None, owner: str | None, dry_run: bool, cursor: str | None = None
+) -> Call:
     body: dict[str, Any] = {"dry_run": dry_run}
     if run_id is not None:
         body["run_id"] = run_id
     if owner is not None:
         body["owner"] = owner
+    if cursor is not None:
+        body["cursor"] = cursor
     return Call("POST", "/recovery", body)
+
+
+def whole_plan(pages: list[RecoveryPlan]) -> RecoveryPlan:
+    """The pages of one recovery as one plan: every page's items in order, the first page's
+    counts (each page counts the same scope)."""
+    return RecoveryPlan(
+        effects=[item for page in pages for item in page.effects],
+        counts_by_status=pages[0].counts_by_status,
+        next_cursor=None,
+    )
 
 
 def health() -> Call:

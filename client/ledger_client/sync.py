@@ -287,10 +287,18 @@ class Ledger:
     def recover(
         self, run_id: str | None = None, *, owner: str | None = None, dry_run: bool = False
     ) -> RecoveryPlan:
-        """What is incomplete (this agent's effects, one run's or one owner's), and unless
-        `dry_run`, let the ledger start reconciling. Re-run the `retry_safe` items."""
-        call = protocol.recovery(run_id, owner, dry_run)
-        return protocol.parse(RecoveryPlan, self.transport.send(call))
+        """What is incomplete (this agent's effects, one run's or one owner's), most urgent
+        first, and unless `dry_run`, let the ledger start reconciling. Re-run the `retry_safe`
+        items. Follows the ledger's pages to the last: the plan holds them all."""
+        pages = [
+            protocol.parse(
+                RecoveryPlan, self.transport.send(protocol.recovery(run_id, owner, dry_run))
+            )
+        ]
+        while pages[-1].next_cursor is not None:
+            call = protocol.recovery(run_id, owner, dry_run, pages[-1].next_cursor)
+            pages.append(protocol.parse(RecoveryPlan, self.transport.send(call)))
+        return protocol.whole_plan(pages)
 
     def health(self) -> Health:
         return protocol.parse(Health, self.transport.send(protocol.health()))

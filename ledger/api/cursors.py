@@ -1,4 +1,5 @@
-"""The opaque cursors of the agent API's listings (`GET /effects`, a run's journal): the page's
+"""The opaque cursors of the agent API's listings (`GET /effects`, a run's journal,
+`POST /recovery`): the page's
 last sort key, as URL-safe base64 of a JSON list of strings. A cursor is read back only in the
 shape it was issued in; anything else is 422 naming `cursor`, never a 500."""
 
@@ -7,9 +8,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import uuid
 from datetime import datetime
 from typing import Any
 
+from ledger.effects.recovery import IN_HAND, Position
 from ledger.errors import ValidationFailed
 
 
@@ -34,3 +37,28 @@ def decode_cursor(cursor: str, size: int) -> list[str]:
             "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
         )
     return parts
+
+
+def recovery_cursor(position: Position | None) -> str | None:
+    """The cursor of `/recovery`'s next page, or None after the last."""
+    if position is None:
+        return None
+    return encode_cursor(position.urgency, position.created_at, position.id)
+
+
+def recovery_position(cursor: str) -> Position:
+    """Where the `/recovery` page a cursor names ends, or 422 naming `cursor`."""
+    urgency, created, last_id = decode_cursor(cursor, 3)
+    try:
+        position = Position(int(urgency), datetime.fromisoformat(created), uuid.UUID(last_id))
+    except ValueError:
+        position = None
+    if (
+        position is None
+        or not 0 <= position.urgency <= IN_HAND
+        or position.created_at.tzinfo is None
+    ):
+        raise ValidationFailed(
+            "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
+        )
+    return position

@@ -30,7 +30,7 @@ from pydantic import Field
 
 from ledger import jsonenc
 from ledger.api import webhooks
-from ledger.api.cursors import decode_cursor, encode_cursor
+from ledger.api.cursors import decode_cursor, encode_cursor, recovery_cursor, recovery_position
 from ledger.api.inputs import check_json
 from ledger.api.longpoll import RETRY_AFTER_SECONDS, wait_for_change
 from ledger.api.middleware import unavailable
@@ -540,20 +540,22 @@ def compensate_effect(request: HttpRequest, effect_id: uuid.UUID, payload: Compe
 @api.post("/recovery", response={200: RecoveryOut, **ERRORS}, summary="What to do after a restart")
 def post_recovery(request: HttpRequest, payload: RecoveryIn) -> dict[str, Any]:
     agent = _agent(request)
-    plan, counts = recover(
+    page = recover(
         agent,
         owner=payload.owner,
         run_id=payload.run_id,
         dry_run=payload.dry_run,
-        limit=settings.LEDGER_RECOVERY_LIMIT,
+        limit=min(payload.limit, settings.LEDGER_RECOVERY_LIMIT),
+        after=recovery_position(payload.cursor) if payload.cursor else None,
     )
-    shown = effect_dicts([item.effect for item in plan], agent.name)
+    shown = effect_dicts([item.effect for item in page.plans], agent.name)
     return {
         "effects": [
             {"effect": data, "action": item.plan.action, "reason": item.plan.reason}
-            for item, data in zip(plan, shown, strict=True)
+            for item, data in zip(page.plans, shown, strict=True)
         ],
-        "counts_by_status": counts,
+        "counts_by_status": page.counts,
+        "next_cursor": recovery_cursor(page.next),
     }
 
 

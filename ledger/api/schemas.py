@@ -137,10 +137,19 @@ class CompensateIn(Input):
     ) = None
 
 
+# POST /recovery's page size: the default, and the most one page holds (LEDGER_RECOVERY_LIMIT
+# may lower it).
+RECOVERY_PAGE = 100
+RECOVERY_PAGE_MAX = 1000
+
+
 class RecoveryIn(Input):
     owner: Label | None = None
     run_id: Id | None = None
     dry_run: StrictBool = False
+    limit: Annotated[StrictInt, Field(ge=1, le=RECOVERY_PAGE_MAX)] = RECOVERY_PAGE
+    # The `next_cursor` of the page before; a request without one starts at the most urgent.
+    cursor: Annotated[str, Field(min_length=1, max_length=500)] | None = None
 
 
 class WebhookIn(Input):
@@ -234,7 +243,9 @@ class RecoveryItem(Schema):
 
 class RecoveryOut(Schema):
     effects: list[RecoveryItem]
+    # The incomplete effects in scope, by status (terminal statuses are not counted).
     counts_by_status: dict[str, int]
+    next_cursor: str | None
 
 
 class ErrorOut(Schema):

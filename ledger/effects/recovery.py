@@ -13,6 +13,11 @@ the tool can do (docs/concepts.md#recovery):
 
 Whether sending an effect again could do it twice is decided once, by `retry_ground`: this
 module's plans and the operators' *Retry* (`reviews.decisions`) both ask it.
+
+`recover` reads only incomplete effects (over `effect_incomplete_idx`, partial on the
+incomplete statuses and led by the agent), so what a call costs grows with what is unfinished,
+never with the agent's history. It answers a page at a time, most urgent first (`URGENCY`),
+then oldest first; the next page starts after the last one's `Position`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
 from ledger.containment.halts import halted_among
@@ -150,28 +155,65 @@ class Planned:
     plan: Plan
 
 
-def recover(
-    agent: Agent,
-    *,
-    owner: str | None,
-    run_id: str | None,
-    dry_run: bool,
-    limit: int,
-) -> tuple[list[Planned], dict[str, int]]:
-    """Plan every matching incomplete effect; unless `dry_run`, apply the plans that need no
-    provider (back to planned, or unknown plus a review item) and queue reconciliations."""
-    scope = Effect.objects.filter(agent=agent)
-    if owner is not None:
-        scope = scope.filter(lease_owner=owner)
-    if run_id is not None:
-        scope = scope.filter(run_id=run_id)
-    effects = list(scope.filter(status__in=sorted(INCOMPLETE)).order_by("created_at", "id")[:limit])
+# The order of `/recovery`'s pages, by what the agent is asked to do. 0: planned, the agent's
+# to run (`retry_safe`, unless blocked, halted or out of attempts); 1: lost, an expired lease
+# or an `unknown` outcome (`reconcile`, `review` or `retry_safe`, by the tool); 2: in hand, a
+# live lease or an effect awaiting confirmation or approval (`wait`). Recovery's own moves
+# (lost → planned) only go to a class already read, so following the cursor sees each
+# effect once unless someone else moves it meanwhile.
+PLANNED_FIRST, LOST, IN_HAND = 0, 1, 2
+URGENCY = Case(
+    When(status=Status.PLANNED, then=Value(PLANNED_FIRST)),
+    When(
+        Q(status=Status.UNKNOWN)
+        | Q(status=Status.DISPATCHING)
+        & (Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=Now())),
+        then=Value(LOST),
+    ),
+    default=Value(IN_HAND),
+    output_field=IntegerField(),
+)
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a page of `/recovery` ended: its last effect's urgency, creation time and id."""
+
+    urgency: int
+    created_at: datetime
+    id: Any
+
+
+@dataclass
+class Recovered:
+    """One page of plans, the incomplete effects in scope counted by status, and where the next
+    page starts (None on the last)."""
+
+    plans: list[Planned]
+    counts: dict[str, int]
+    next: Position | None
+
+
+def _page(scope: QuerySet[Effect], after: Position | None, limit: int) -> list[Effect]:
+    """The next `limit` incomplete effects of `scope` in `URGENCY` order, then oldest first."""
+    rows = scope.annotate(urgency=URGENCY)
+    if after is not None:
+        rows = rows.filter(
+            Q(urgency__gt=after.urgency)
+            | Q(urgency=after.urgency, created_at__gt=after.created_at)
+            | Q(urgency=after.urgency, created_at=after.created_at, id__gt=after.id)
+        )
+    return list(rows.order_by("urgency", "created_at", "id")[:limit])
+
+
+def _plans(effects: list[Effect]) -> list[Planned]:
+    """Each effect's plan, from a handful of set-based reads over the page's effects."""
     now = database_now()
     policies = policies_for({e.tool for e in effects})
     blocked = blocked_among([e.id for e in effects])
     halted = halted_among([e.id for e in effects if e.status == Status.PLANNED])
     waiting_for_people = _open_reviews([e.id for e in effects])
-    plans = [
+    return [
         Planned(
             e,
             # What an operator decided is carried out by the ledger or a person: the agent waits.
@@ -190,6 +232,29 @@ def recover(
         )
         for e in effects
     ]
+
+
+def recover(
+    agent: Agent,
+    *,
+    owner: str | None,
+    run_id: str | None,
+    dry_run: bool,
+    limit: int,
+    after: Position | None = None,
+) -> Recovered:
+    """Plan the next `limit` matching incomplete effects after `after`; unless `dry_run`, apply
+    the plans that need no provider (back to planned, or unknown plus a review item) and queue
+    reconciliations. Reads and counts incomplete effects only."""
+    scope = Effect.objects.filter(agent=agent, status__in=sorted(INCOMPLETE))
+    if owner is not None:
+        scope = scope.filter(lease_owner=owner)
+    if run_id is not None:
+        scope = scope.filter(run_id=run_id)
+    effects = _page(scope, after, limit + 1)
+    more = len(effects) > limit
+    effects = effects[:limit]
+    plans = _plans(effects)
     if not dry_run:
         actor = f"agent:{agent.name} (recovery)"
         for item in plans:
@@ -197,7 +262,9 @@ def recover(
     counts = {
         row["status"]: row["n"] for row in scope.values("status").annotate(n=Count("id")).order_by()
     }
-    return plans, counts
+    last = effects[-1] if more else None
+    following = Position(last.urgency, last.created_at, last.id) if last is not None else None
+    return Recovered(plans, counts, following)
 
 
 def apply_plan(effect: Effect, plan: Plan, actor: str) -> Effect:

@@ -14,7 +14,7 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -144,10 +144,16 @@ def _narrowed(
     call a tool another team owns)."""
     mine = visible_effects(user, Effect.objects.filter(agent=agent, run_id=run_id))
     shown = set(mine.filter(pk__in=[p.effect.pk for p in plans]).values_list("id", flat=True))
-    counts = {
-        row["status"]: row["n"] for row in mine.values("status").annotate(n=Count("id")).order_by()
+    return [p for p in plans if p.effect.pk in shown], _run_counts(mine)
+
+
+def _run_counts(effects: QuerySet[Effect]) -> dict[str, int]:
+    """Every effect of the run by status, terminal ones too (the API's counts are of incomplete
+    effects only): one run's effects, over effect_journal_idx."""
+    return {
+        row["status"]: row["n"]
+        for row in effects.values("status").annotate(n=Count("id")).order_by()
     }
-    return [p for p in plans if p.effect.pk in shown], counts
 
 
 @require_GET
@@ -175,9 +181,10 @@ def preview(request: HttpRequest) -> HttpResponse:
     if agent is None:
         # Another team's run is answered as a run nobody has (ADR 0014).
         return render(request, "reviews/run.html", context)
-    plans, counts = recover(
+    page = recover(
         agent, owner=None, run_id=run_id, dry_run=True, limit=settings.LEDGER_RECOVERY_LIMIT
     )
+    plans, counts = page.plans, _run_counts(Effect.objects.filter(agent=agent, run_id=run_id))
     if scoped(request.user):
         plans, counts = _narrowed(request.user, agent, run_id, plans)
     by_action = Counter(item.plan.action for item in plans)
@@ -186,7 +193,7 @@ def preview(request: HttpRequest) -> HttpResponse:
         rows=_rows(agent, plans),
         counts=sorted(counts.items()),
         summary=[(by_action[a], COUNTED[a], a) for a in (RETRY_SAFE, RECONCILE, REVIEW, WAIT)],
-        truncated=len(plans) >= settings.LEDGER_RECOVERY_LIMIT,
+        truncated=page.next is not None,
         limit=settings.LEDGER_RECOVERY_LIMIT,
     )
     return render(request, "reviews/run.html", context)
