@@ -5,7 +5,9 @@
 halts stop actions and the agent's own compensations, and the compensations an operator decided
 only when the halt says `include_compensations` (halting the agent that double-charged must not
 stop its refunds, and must not leave it a way round the halt). A run halt covers that run_id
-for every agent. Decisions are never claimed and never covered. The claim
+for every agent, unless it names `teams`: then only the run's agents of those teams and agents
+of no team (a person scoped to teams halts their own agents' part of a run, never another
+team's; ADR 0014). Decisions are never claimed and never covered. The claim
 (`ledger.effects.transitions.claim`) asks `claim_refusal` inside its transaction; the trigger on
 `planned → dispatching` asks again, so that a process that knows nothing of halts is stopped too.
 
@@ -28,12 +30,13 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from ledger.audit.redaction import scrub_cards
 from ledger.containment import outbox
 from ledger.errors import Halted, NotFound, ValidationFailed
-from ledger.models import Agent, AlertKind, Effect, Halt, HaltScope
+from ledger.models import Agent, AlertKind, Effect, Halt, HaltScope, Team
 from ledger.policy.agentkeys import SYSTEM_AGENT
 from ledger.restore import witness
 
@@ -68,8 +71,27 @@ def shown(halt: Halt) -> dict[str, Any]:
     }
 
 
+def team_names(ids: Iterable[int] | None) -> list[str] | None:
+    """The names of a halt's teams, in the order of their ids (a deleted team by its id); None
+    for a halt of every agent."""
+    if ids is None:
+        return None
+    names = dict(Team.objects.filter(pk__in=list(ids)).values_list("pk", "name"))
+    return [names.get(i, f"team {i}") for i in ids]
+
+
+def whose(halt: Halt) -> str:
+    """Whose agents a halt covers, in words: "" for every agent's."""
+    names = team_names(halt.teams)
+    if names is None:
+        return ""
+    return f"agents of {', '.join(names) or 'no listed team'} and of no team"
+
+
 def described(halt: Halt) -> str:
     what = "everything" if halt.scope == HaltScope.ALL else f"{halt.scope} {halt.value!r}"
+    if whose(halt):
+        what = f"{what}, {whose(halt)}"
     return f"Claims are halted ({what}, by {halt.halted_by}): {halt.reason}"
 
 
@@ -206,18 +228,33 @@ def _target(halt: Halt) -> str:
     return f"halt:{halt.scope}:{halt.value}"
 
 
+def _narrowed(scope: HaltScope, teams: Iterable[int] | None) -> list[int] | None:
+    # Only a run halt is narrowed: a tool's or an agent's halt is about one team's thing already.
+    return sorted({int(t) for t in teams}) if teams is not None and scope == HaltScope.RUN else None
+
+
 def halt(
-    scope: str, value: str, *, reason: str, by: str, include_compensations: bool = False
+    scope: str,
+    value: str,
+    *,
+    reason: str,
+    by: str,
+    include_compensations: bool = False,
+    teams: Iterable[int] | None = None,
 ) -> Switched:
-    """Halt claims of a tool, an agent, a run_id or everything. An active halt of the same
-    subject is returned unchanged (`changed` False)."""
+    """Halt claims of a tool, an agent, a run_id or everything. `teams` (ids; run halts only)
+    narrows a run halt to the run's agents of those teams and of no team; None halts every
+    agent's. An active halt of the same subject and teams is returned unchanged (`changed`
+    False)."""
     scope, value = subject(scope, value)
     reason = _reason(reason)
+    narrowed = _narrowed(scope, teams)
     with transaction.atomic():
         with connection.cursor() as cursor:
             # Exclusive: waits for claims that passed their check and have not committed yet.
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [HALT_LOCK])
-        existing = Halt.objects.filter(scope=scope, value=value, lifted_at__isnull=True).first()
+        same = Halt.objects.filter(scope=scope, value=value, teams=narrowed, lifted_at__isnull=True)
+        existing = same.first()
         if existing is not None:
             return Switched(existing, False)
         made = Halt.objects.create(
@@ -226,8 +263,14 @@ def halt(
             reason=reason,
             halted_by=by[:200],
             include_compensations=include_compensations,
+            teams=narrowed,
         )
-        details = {"halt": made.pk, "include_compensations": include_compensations}
+        details = {
+            "halt": made.pk,
+            "include_compensations": include_compensations,
+            "teams": narrowed,
+            "team_names": team_names(narrowed),
+        }
         _record_decision()(
             system_agent(),
             target=_target(made),
@@ -239,15 +282,21 @@ def halt(
             actor=by,
             details=details,
         )
-        outbox.notify(AlertKind.HALT, str(made.pk), {**shown(made), "id": made.pk})
+        alert = {**shown(made), "id": made.pk, "teams": team_names(narrowed)}
+        outbox.notify(AlertKind.HALT, str(made.pk), alert)
         witness.controls_changed()
     return Switched(made, True)
 
 
 def active(scope: str, value: str) -> Halt:
-    """The active halt of this subject, or `NotFound`."""
+    """The active halt of this subject (of every agent's first, then the oldest narrowed to
+    teams), or `NotFound`."""
     scope, value = subject(scope, value)
-    found = Halt.objects.filter(scope=scope, value=value, lifted_at__isnull=True).first()
+    found = (
+        Halt.objects.filter(scope=scope, value=value, lifted_at__isnull=True)
+        .order_by(F("teams").asc(nulls_first=True), "since", "id")
+        .first()
+    )
     if found is None:
         what = "everything" if scope == HaltScope.ALL else f"{scope} {value!r}"
         raise NotFound(f"No active halt of {what}.")
@@ -267,7 +316,7 @@ def resume(halt_id: int, *, reason: str, by: str) -> Switched:
             raise NotFound("No such halt.")
         if not lifted:
             return Switched(found, False)
-        details = {"halt": found.pk}
+        details = {"halt": found.pk, "teams": found.teams, "team_names": team_names(found.teams)}
         _record_decision()(
             system_agent(),
             target=_target(found),

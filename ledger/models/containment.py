@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -78,9 +79,12 @@ class Halt(models.Model):
     the claim trigger of migration 0008 enforces it in PostgreSQL, for old processes too)."""
 
     scope = models.CharField(max_length=8, choices=HaltScope.choices)
-    # A tool's or agent's name, or a run_id (of every agent: run ids are not per agent here);
-    # "" for scope `all`.
+    # A tool's or agent's name, or a run_id (run ids are not per agent here); "" for scope `all`.
     value = models.CharField(max_length=200, blank=True)
+    # A run halt's teams (ids, sorted): it covers that run's agents of these teams and of no
+    # team. NULL: every agent (an admin's, the shell's, the ledger's own). Only run halts have
+    # them: a tool's or agent's halt already belongs to one team (ADR 0014).
+    teams = ArrayField(models.BigIntegerField(), null=True, blank=True)
     reason = models.CharField(max_length=2000)
     halted_by = models.CharField(max_length=200)  # operator username, or "shell:<user>"
     since = models.DateTimeField(db_default=Now())
@@ -91,12 +95,22 @@ class Halt(models.Model):
 
     class Meta:
         constraints = [
-            # One active halt per (scope, value): halt() and resume() find it through this, and
-            # the claim trigger's ledger_covering_halt() reads the active halts through it.
+            # One active halt per (scope, value, teams): halt() and resume() find it through
+            # these, and the claim trigger's ledger_covering_halt() reads the active halts
+            # through them. An admin's run halt and a team's of the same run are two.
             models.UniqueConstraint(
                 fields=["scope", "value"],
-                condition=Q(lifted_at__isnull=True),
+                condition=Q(lifted_at__isnull=True, teams__isnull=True),
                 name="halt_active_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["scope", "value", "teams"],
+                condition=Q(lifted_at__isnull=True, teams__isnull=False),
+                name="halt_active_teams_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(teams__isnull=True) | Q(scope="run"),
+                name="halt_teams_run_only",
             ),
         ]
 

@@ -138,6 +138,7 @@ def _controls_again(witness: dict[str, Any] | None) -> dict[str, list[Any]]:
             f"{seen['reason']}"[:2000],
             by=ACTOR,
             include_compensations=bool(seen.get("include_compensations")),
+            teams=seen.get("teams"),
         )
         if switched.changed:
             applied["halts"].append(switched.halt.pk)

@@ -113,6 +113,7 @@ def snapshot() -> dict[str, Any]:
                 "halted_by": h.halted_by,
                 "since": _instant(h.since),
                 "include_compensations": h.include_compensations,
+                "teams": h.teams,
             }
             for h in halts
         ],

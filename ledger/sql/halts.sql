@@ -4,7 +4,9 @@
 -- A tool halt stops every effect of its tool. Agent, run and `all` halts stop actions, and the
 -- agent's own compensations; a compensation an operator decided keeps running (halting the
 -- agent that double-charged must not stop its refunds) unless the halt says
--- include_compensations. Decisions are never claimed and never covered.
+-- include_compensations. A run halt with `teams` (one made by a person scoped to teams) covers
+-- only that run's agents of those teams and agents of no team; without, every agent's.
+-- Decisions are never claimed and never covered.
 
 CREATE OR REPLACE FUNCTION ledger_covering_halt(
     p_kind text, p_tool text, p_agent_id bigint, p_run_id text, p_requested_by text
@@ -17,7 +19,11 @@ CREATE OR REPLACE FUNCTION ledger_covering_halt(
                  OR h.include_compensations
                  OR p_requested_by IS DISTINCT FROM 'operator')
                 AND (h.scope = 'all'
-                     OR (h.scope = 'run' AND h.value = p_run_id)
+                     OR (h.scope = 'run' AND h.value = p_run_id
+                         AND (h.teams IS NULL
+                              OR COALESCE((SELECT a.team_id = ANY(h.teams)
+                                             FROM ledger_agent a WHERE a.id = p_agent_id),
+                                          true)))
                      OR (h.scope = 'agent'
                          AND h.value = (SELECT a.name FROM ledger_agent a
                                          WHERE a.id = p_agent_id)))))

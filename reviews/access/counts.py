@@ -97,8 +97,8 @@ def _review_ages(scope: frozenset[int]) -> dict[str | None, tuple[int, ...]]:
 
 
 def visible_halts(user: Any, halts: list[Halt]) -> list[Halt]:
-    """The halts a person is shown: global and run halts, and those on the tools and agents of
-    their teams or of no team."""
+    """The halts a person is shown: global halts, run halts of every agent or narrowed to one of
+    their teams, and those on the tools and agents of their teams or of no team."""
     scope = scope_of(user)
     if scope is None:
         return halts
@@ -117,4 +117,5 @@ def visible_halts(user: Any, halts: list[Halt]) -> list[Halt]:
         for h in halts
         if not (h.scope == HaltScope.TOOL and h.value in hidden_tools)
         and not (h.scope == HaltScope.AGENT and h.value in hidden_agents)
+        and (h.teams is None or not scope.isdisjoint(h.teams))
     ]

@@ -1,10 +1,16 @@
 """The halts page: what is halted, and (operators, admins) halting and resuming: one view per
-verb, each calling its namesake in `ledger.containment.halts`."""
+verb, each calling its namesake in `ledger.containment.halts`.
+
+A run halt set by a person scoped to teams is narrowed to their teams (`halt_teams`): it stops
+that run's agents of their teams and agents of no team, never another team's agent that uses
+the same run id. Such a halt is lifted by its teams' operators, whoever has used the run since.
+"""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -13,7 +19,9 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.containment import halts as kill_switch
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Halt, HaltScope
-from reviews.access.checks import actor, can_act, reader
+from ledger.policy.roles import ADMIN
+from ledger.policy.teams import any_team, may_manage_team, teams_of
+from reviews.access.checks import actor, can_act, reader, roles_of
 from reviews.access.counts import visible_halts
 from reviews.access.teams import may_manage
 
@@ -40,23 +48,45 @@ class ResumeForm(forms.Form):
     confirm = forms.BooleanField(label="Claims resume at once; this is recorded as a decision")
 
 
+def halt_teams(user: User | AnonymousUser) -> frozenset[int] | None:
+    """The teams a run halt this person sets is narrowed to: their own; None (every agent's)
+    for an admin, and while no team exists."""
+    if not any_team(user) or ADMIN in roles_of(user):
+        return None
+    return teams_of(user)
+
+
+def _with_whose(halts: list[Halt]) -> list[Halt]:
+    for one in halts:
+        one.whose = kill_switch.whose(one)  # type: ignore[attr-defined]
+    return halts
+
+
 def _page(request: HttpRequest, form: HaltForm | None = None, status: int = 200) -> HttpResponse:
     lifted = Halt.objects.filter(lifted_at__isnull=False).order_by("-lifted_at")[:20]
     context = {
-        # Halts on other teams' tools and agents are not shown (ADR 0014).
-        "halts": visible_halts(request.user, kill_switch.active_halts()),
-        "lifted": visible_halts(request.user, list(lifted)),
+        # Halts on other teams' tools, agents and narrowed runs are not shown (ADR 0014).
+        "halts": _with_whose(visible_halts(request.user, kill_switch.active_halts())),
+        "lifted": _with_whose(visible_halts(request.user, list(lifted))),
         "form": form or (HaltForm(auto_id="halt_%s") if can_act(request.user) else None),
     }
     return render(request, "reviews/halts.html", context, status=status)
 
 
-def _may_switch(request: HttpRequest, scope: str, value: str) -> None:
-    """Another team's tool or agent: 404, as one that does not exist. Something of no team, a
-    run nobody of the person's teams owns, or everything: admins only (403), once teams exist."""
-    if not visible_halts(request.user, [Halt(scope=scope, value=value)]):
+def _may_manage(user: User | AnonymousUser, target: Halt) -> bool:
+    # A halt narrowed to teams: its teams' operators (admins always), whoever used its run since.
+    if target.teams is None:
+        return may_manage(user, target.scope, target.value)
+    return bool(target.teams) and all(may_manage_team(user, team) for team in target.teams)
+
+
+def _may_switch(request: HttpRequest, target: Halt) -> None:
+    """Another team's tool, agent or narrowed run halt: 404, as one that does not exist.
+    Something of no team, a run nobody of the person's teams owns, or everything: admins only
+    (403), once teams exist."""
+    if not visible_halts(request.user, [target]):
         raise Http404("No such tool or agent.")
-    if not may_manage(request.user, scope, value):
+    if not _may_manage(request.user, target):
         raise PermissionDenied(
             "Only an admin may set or lift this halt: it is global, or on something no team "
             "of yours owns."
@@ -76,7 +106,7 @@ def halt(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _page(request, form, 422)
     data = form.cleaned_data
-    _may_switch(request, data["scope"], data["value"])
+    _may_switch(request, Halt(scope=data["scope"], value=data["value"]))
     try:
         switched = kill_switch.halt(
             data["scope"],
@@ -84,6 +114,7 @@ def halt(request: HttpRequest) -> HttpResponse:
             reason=data["reason"],
             by=request.user.get_username(),
             include_compensations=data["include_compensations"],
+            teams=halt_teams(request.user),
         )
     except ValidationFailed as exc:
         for name, text in exc.extra.get("fields", {}).items():
@@ -106,7 +137,7 @@ def resume(request: HttpRequest, halt_id: int) -> HttpResponse:
         return _page(request, status=422)
     target = Halt.objects.filter(pk=halt_id).first()
     if target is not None:
-        _may_switch(request, target.scope, target.value)
+        _may_switch(request, target)
     try:
         switched = kill_switch.resume(
             halt_id, reason=form.cleaned_data["reason"], by=request.user.get_username()
