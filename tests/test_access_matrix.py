@@ -67,7 +67,8 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     # Single sign-on's round trip: not found while it is not configured (as here).
     "oidc/authenticate/": (NOT_FOUND, WRONG_METHOD),
     "oidc/callback/": (NOT_FOUND, WRONG_METHOD),
-    # People and their bindings to the identity provider; bindings are made by signing in only.
+    # People and their bindings to the identity provider; bindings are made by signing in only
+    # and never deleted here (ended by the recorded unbind action, with a reason).
     "admin/reviews/person/": (STAFF, STAFF),
     "admin/reviews/person/add/": (STAFF, STAFF),
     "admin/reviews/person/<path:object_id>/history/": (STAFF, STAFF),
@@ -77,7 +78,7 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "admin/reviews/identity/": (STAFF, STAFF),
     "admin/reviews/identity/add/": (STAFF_REFUSED, STAFF_REFUSED),
     "admin/reviews/identity/<path:object_id>/history/": (STAFF, STAFF),
-    "admin/reviews/identity/<path:object_id>/delete/": (STAFF, STAFF),
+    "admin/reviews/identity/<path:object_id>/delete/": (STAFF_REFUSED, STAFF_REFUSED),
     "admin/reviews/identity/<path:object_id>/change/": (STAFF, REDIRECTED),
     "admin/reviews/identity/<path:object_id>/": (REDIRECTED, REDIRECTED),
     "admin/": (STAFF, STAFF),

@@ -5,6 +5,10 @@ provider sends is never used to find an account, so two people who swap addresse
 hire given a leaver's address, never sign in as each other. Its username is derived from the
 same pair (`username_for`), because decisions and sealed events record `operator:<username>`
 forever; the provider's display name goes to the first and last names, which may change.
+
+A binding is made by signing in and never deleted as a row: an admin ends one with `unbind`,
+which needs a reason and records who, why and which binding as a decision of the system agent
+(run `people`), in the sealed chain like a halt (issue 34, I1).
 """
 
 from __future__ import annotations
@@ -20,11 +24,17 @@ from django.db import transaction
 from django.db.models import Q, Subquery
 from django.db.models.functions import Now
 
+from ledger.audit.redaction import scrub_cards
+from ledger.containment.halts import system_agent
+from ledger.effects.decision_records import record_standalone_decision
+from ledger.errors import ValidationFailed
 from ledger.policy.roles import ADMIN, ROLES
 from reviews.models import Account, Identity, Person
 from reviews.sso.config import SsoConfig
 from reviews.sso.provider import SsoRefused
 
+# The system agent's run under which bindings ended by an admin are recorded.
+DECISIONS_RUN = "people"
 # A subject kept as it is in the username: Django's username characters, no dot (the dot
 # separates the parts, so a hashed subject can never read as a plain one).
 PLAIN_SUBJECT = re.compile(r"[A-Za-z0-9_@+-]{1,120}")
@@ -191,3 +201,39 @@ def unlink(user: User) -> Person:
     """Give the account a person of its own again."""
     Account.objects.filter(user=user).delete()
     return person_of(user)
+
+
+def unbind(identity: Identity, *, reason: str, by: str) -> bool:
+    """End an account's binding to the identity provider, recorded in the same transaction as a
+    decision (who, why, the account, issuer and subject). The provider's person then no longer
+    signs in as this account (a sign-in is refused: the account name is held), and accounts
+    linked to its person may use their passwords again. `ValidationFailed` without a reason;
+    False when the binding was gone already (nothing recorded)."""
+    # Typed by a person: a card number in it is tokenized like any stored text.
+    reason = scrub_cards((reason or "").strip())
+    if not reason or len(reason) > 2000:
+        raise ValidationFailed("Give a reason.", {"reason": "1 to 2000 characters"})
+    with transaction.atomic():
+        found = (
+            Identity.objects.select_for_update()
+            .select_related("user")
+            .filter(pk=identity.pk)
+            .first()
+        )
+        if found is None:
+            return False
+        account = found.user.get_username()
+        details = {"account": account, "issuer": found.issuer, "subject": found.subject}
+        record_standalone_decision(
+            system_agent(),
+            target=f"identity:{account}",
+            run_id=DECISIONS_RUN,
+            key=f"identity:{found.pk}:decision:unbind",
+            action="unbind_identity",
+            reason=reason,
+            asked=details,
+            actor=by,
+            details=details,
+        )
+        found.delete()
+    return True
