@@ -96,9 +96,7 @@ def test_an_admins_run_halt_stops_every_teams_agents(teams, ada, alice, bob):
     refused(bob, theirs)
 
 
-def test_the_database_applies_the_teams_to_a_process_that_knows_nothing_of_halts(
-    teams, alice, bob
-):
+def test_the_database_applies_the_teams_to_a_process_that_knows_nothing_of_halts(teams, alice, bob):
     mine, theirs = alice.intent(run_id=RUN), bob.intent(run_id=RUN)
     halt("run", RUN, reason="bad order", by="olga", teams=[teams["alpha"].pk])
     old_claim = (
