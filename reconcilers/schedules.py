@@ -105,6 +105,12 @@ SCHEDULES = {
         "func": "ledger.audit.seal.seal_all",
         "minutes": 1,
     },
+    # The effect counts' deltas folded into their rows (ledger.observability.effectcounts): the
+    # summary folds before it reads, this keeps the deltas few when nobody scrapes.
+    "fold-effect-counts": {
+        "func": "ledger.observability.effectcounts.fold",
+        "minutes": 1,
+    },
     "export-chain-head": {
         "func": "ledger.audit.seal.export_head",
         "minutes": 60,
@@ -143,6 +149,7 @@ def ensure_schedules() -> None:
         "reviews.",
         "ledger.audit.",
         "ledger.restore.",
+        "ledger.observability.",
         "ledger.seal.",
         "ledger.retention.",
     )

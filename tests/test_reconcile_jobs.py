@@ -337,7 +337,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     ensure_schedules()
 
     ours = Schedule.objects.filter(
-        func__regex=r"^(reconcilers|reviews|ledger\.audit|ledger\.restore|ledger\.seal|ledger\.retention)\."
+        func__regex=r"^(reconcilers|reviews|ledger\.(audit|restore|observability|seal|retention))\."
     )
     assert {s.name: (s.func, s.schedule_type, s.minutes, s.repeats) for s in ours} == {
         name: (spec["func"], Schedule.MINUTES, spec["minutes"], -1)
@@ -353,6 +353,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
         "review-alerts",
         "alert-sender",
         "seal-events",
+        "fold-effect-counts",
         "export-chain-head",
         "event-partitions",
         "restore-witness",

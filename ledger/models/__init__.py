@@ -24,6 +24,7 @@ from ledger.models.containment import (
     LimitCounter,
     RetryProposal,
 )
+from ledger.models.counts import EffectCount, EffectCountDelta
 from ledger.models.effects import (
     Effect,
     EffectDependency,
@@ -57,6 +58,8 @@ __all__ = [
     "AuditExport",
     "ConfigVersion",
     "Effect",
+    "EffectCount",
+    "EffectCountDelta",
     "EffectDependency",
     "EffectEvent",
     "EventKind",

@@ -48,6 +48,7 @@ from ledger.models import (
     Tool,
 )
 from ledger.models.review import DUE_SOON
+from ledger.observability import effectcounts
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.summary")
@@ -136,21 +137,14 @@ def _rows(sql: str) -> list[tuple]:
 
 
 def read_summary() -> Summary:
-    """One pass of aggregate queries (each served by an index named in ledger.models, except the
-    effects count, which scans, and the blocked branches, which read every unresolved effect:
-    they run once per refresh, never per request)."""
+    """One pass of aggregate queries, each served by an index named in ledger.models (the
+    effects by status come from their counts, `ledger.observability.effectcounts`; the blocked
+    branches read every planned effect with an upstream): they run once per refresh, never per
+    request."""
     summary = Summary()
-    # Counted by agent first, then added up by the agents' modes: a join of four rows per
-    # group rather than a join per effect.
-    summary.effect_counts = {
-        (mode, kind, tool, status): n
-        for mode, kind, tool, status, n in _rows(
-            f"SELECT a.mode, c.kind, c.tool, c.status, sum(c.n)::bigint "
-            f"FROM (SELECT agent_id, kind, tool, status, count(*) AS n FROM {_EFFECTS} "
-            "GROUP BY agent_id, kind, tool, status) c "
-            f"JOIN {_AGENTS} a ON a.id = c.agent_id GROUP BY a.mode, c.kind, c.tool, c.status"
-        )
-    }
+    # Kept by PostgreSQL as effects are written: no scan of the effects table.
+    effectcounts.fold()
+    summary.effect_counts = effectcounts.effect_counts()
     summary.declared_tools = frozenset(Tool.objects.values_list("name", flat=True))
     summary.review_ages = _review_ages()
     summary.blocked_total, summary.blocked = blocked_branches(BLOCKED_SHOWN)
