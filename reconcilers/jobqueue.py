@@ -18,6 +18,13 @@ log = logging.getLogger(__name__)
 
 QUEUE = "default"
 JOB_TIMEOUT = 600
+# How long Redis keeps a job once it has run. Nobody reads a job's result (the ledger records
+# what a job did), so a finished job is deleted at once (rq's default kept each for 500 s: at
+# a few hundred wake-ups a second, hundreds of thousands of keys). A failed job is kept a day
+# in the failed-job registry, for a person (or `make drills`) to read why; its effects are
+# re-driven by the sweep meanwhile.
+RESULT_TTL = 0
+FAILURE_TTL = 24 * 3600
 
 
 def fresh_connection() -> None:
@@ -36,7 +43,13 @@ def enqueue(job: str, calls: list[tuple[Any, ...]]) -> bool:
     try:
         queue = django_rq.get_queue(QUEUE)
         for args in calls:
-            queue.enqueue(job, *args, job_timeout=JOB_TIMEOUT)
+            queue.enqueue(
+                job,
+                *args,
+                job_timeout=JOB_TIMEOUT,
+                result_ttl=RESULT_TTL,
+                failure_ttl=FAILURE_TTL,
+            )
     except (RedisError, OSError) as exc:
         log.warning("could not enqueue %s (%s); the sweep will re-drive it", job, exc)
         return False
