@@ -66,7 +66,8 @@ bench: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/payments.py; e=$$?; \
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/statements.py; f=$$?; \
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/growth.py; g=$$?; \
-	exit $$((a | b | c | d | e | f | g))
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/soak.py; h=$$?; \
+	exit $$((a | b | c | d | e | f | g | h))
 
 # The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
