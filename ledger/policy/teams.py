@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import AnonymousUser, Group, User
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
@@ -167,6 +167,28 @@ def scope_of(user: User | AnonymousUser) -> frozenset[int] | None:
     if user.is_authenticated:
         user.__dict__["_ledger_scope"] = scope
     return scope
+
+
+def scope_now(user: User | AnonymousUser) -> frozenset[int] | None:
+    """`scope_of` as the database has it now, whatever the user object remembers, in one query
+    and not remembered: for a check that must not trust what was read earlier in the request or
+    hours ago in a background job (taking a decision, `reviews.access.teams.decides_on`)."""
+    row = None
+    if user.is_authenticated:
+        row = (
+            User.objects.filter(pk=user.pk)
+            .annotate(
+                teams_admin=Exists(Group.objects.filter(user=OuterRef("pk"), name=ADMIN)),
+                **lookups(),
+            )
+            .values("is_superuser", "teams_admin", *LOOKUPS)
+            .first()
+        )
+    if row is None:
+        return None if not Team.objects.exists() else frozenset()
+    if not row["teams_any"] or row["is_superuser"] or row["teams_admin"] or row["teams_granted"]:
+        return None
+    return frozenset(row["teams_ids"] or ())
 
 
 def effects_q(teams: frozenset[int], prefix: str = "") -> Q:

@@ -16,7 +16,7 @@ from django.db.models import Model, Q, QuerySet
 from django.http import Http404
 
 from ledger.models import Agent, Effect, ReviewItem, Run, Tool
-from ledger.policy.teams import effects_q, may_manage_team, scope_of, tools_q
+from ledger.policy.teams import effects_q, may_manage_team, scope_now, scope_of, tools_q
 
 M = TypeVar("M", bound=Model)
 Person = User | AnonymousUser
@@ -64,6 +64,14 @@ def check_effect(user: Person, effect_id: uuid.UUID | str) -> None:
     """A 404 unless the user may see the effect (for views that read it their own way)."""
     if scope_of(user) is not None:
         effect_or_404(user, effect_id, Effect.objects.only("id"))
+
+
+def decides_on(user: Person, effect_id: uuid.UUID | str) -> bool:
+    """Whether the user's teams cover the effect as the database has them now (`scope_now`),
+    whatever was read earlier: what every decision checks, whoever takes it and however long
+    ago the request that started it was checked (a background bulk job)."""
+    scope = scope_now(user)
+    return scope is None or Effect.objects.filter(effects_q(scope), pk=effect_id).exists()
 
 
 def visible_tools(user: Person) -> set[str]:

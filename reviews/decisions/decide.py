@@ -12,6 +12,11 @@ What each kind does is its declaration (`reviews.decisions.kinds`); which kind a
 approval threshold, or a retry another operator proposed on nothing but their word that the
 provider never received it). An item another operator holds (`reviews.queue.holds`) is decided
 on only when the asker says so (`Ask.over_hold`).
+
+Teams (ADR 0014) are checked here, first, whoever calls: a person decides only on effects of
+their teams or of no team, by their teams as the database has them at that moment
+(`reviews.access.teams.decides_on`), so a page, a background bulk job or any later path that
+forgets to look refuses the same (`OutsideTeams`, a 403 with the code `outside_teams`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ledger.effects.transitions import Superseded
 from ledger.errors import AttemptsExhausted, InvalidTransition, ValidationFailed
 from ledger.models import Effect, RetryProposal, ReviewItem
 from ledger.policy.tools import policy_for
+from reviews.access.teams import decides_on
 from reviews.decisions.approvals import (
     check_second_pair,
     close_proposal,
@@ -41,10 +47,10 @@ from reviews.decisions.evidence import Evidence, evidence_of
 from reviews.decisions.grounds import resend_ground
 from reviews.decisions.kinds import ACTIONS, KINDS
 from reviews.decisions.offer import open_item, refusal
-from reviews.decisions.refusals import AlreadyDecided, RetryUnsafe
+from reviews.decisions.refusals import AlreadyDecided, OutsideTeams, RetryUnsafe
 from reviews.queue.holds import hold_refusal
 
-__all__ = ["AlreadyDecided", "Ask", "Decided", "decide"]
+__all__ = ["AlreadyDecided", "Ask", "Decided", "OutsideTeams", "decide"]
 
 # How the decision effect names a retry that waits for a second operator.
 PROPOSE_RETRY = "propose_retry"
@@ -90,9 +96,15 @@ class _Checked:
 
 
 def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
-    """Record `ask` as a decision on the effect. Raises `ValidationFailed`, a `Refused`
-    (409, with a reason code) or `AlreadyDecided` (someone else won)."""
+    """Record `ask` as a decision on the effect. Raises `OutsideTeams` (403: not the person's
+    teams' effect), `ValidationFailed`, a `Refused` (409, with a reason code) or
+    `AlreadyDecided` (someone else won)."""
     target = Effect.objects.select_related("agent").get(pk=effect_id)
+    if not decides_on(user, target.pk):
+        raise OutsideTeams(
+            f"{user.get_username()} is not in the team this effect belongs to: only its own "
+            "team's operators (or an admin) decide on it."
+        )
     kind = _validate(ask)
     if target.version != ask.expected_version:
         raise _lost(target, ask.expected_version)

@@ -1,9 +1,18 @@
-"""Why a decision is refused (each a `Refused`: 409 with a reason code). Which rule raises which
-is `reviews.decisions.offer` and the kinds' own checks (`reviews.decisions.kinds`)."""
+"""Why a decision is refused (each a `Refused`: 409 with a reason code, except `OutsideTeams`: a
+403). Which rule raises which is `reviews.decisions.offer` and the kinds' own checks
+(`reviews.decisions.kinds`); `OutsideTeams` is `reviews.decisions.decide` itself."""
 
 from __future__ import annotations
 
-from ledger.errors import Refused
+from ledger.errors import Forbidden, Refused
+
+
+class OutsideTeams(Forbidden):
+    """The effect belongs to a team the person is not in (ADR 0014), as the database has their
+    teams at the moment of deciding. The pages answer another team's effect with a 404 before
+    deciding; this is what every other caller meets (a bulk job, a shell, a future API)."""
+
+    code = "outside_teams"
 
 
 class RetryUnsafe(Refused):

@@ -25,16 +25,27 @@ the last item it recorded; an item it decided but did not record is skipped as a
 (each decision carries the version it saw). After `REDRIVES` re-drives it is marked failed and
 the page says which items it did not reach.
 
-A job decides as the person who started it, after the request that checked their role has
-ended: before each item it reads that person again (`Creator`), and once they are deactivated
-or hold no role that may decide, it stops. The items left are recorded as skipped with the
-reason, the job fails with it, and the progress page shows both.
+A job decides as the person who started it, after the request that checked them has ended, so
+before each item it checks again everything that person's own decision would, as the database
+has it at that moment:
+
+- the person (`Creator`): once they are deactivated or hold no role that may decide, the job
+  stops; the items left are recorded as skipped with the reason, the job fails with it, and the
+  progress page shows both;
+- their teams (ADR 0014): an item whose effect is no longer of their teams (or of no team) is
+  skipped with the reason, neither assigned nor decided (`decide` refuses it too);
+- four-eyes, on the effect as it is now: an item that came to wait for a second operator is
+  skipped, saying so when the creator is the person who asked for it (another account of
+  theirs included).
+
+Nothing here is read once for the whole run: a person taken out of a team, or an effect that
+came to need a second pair of eyes, while the job runs counts from the next item on.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
@@ -44,11 +55,12 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from ledger.errors import Refused, ValidationFailed
+from ledger.errors import Forbidden, Refused, ValidationFailed
 from ledger.models import Reason, ReviewItem
 from reconcilers.jobqueue import enqueue, fresh_connection
 from reviews.access.checks import can_act
-from reviews.decisions.approvals import waits_for_second_pair
+from reviews.access.teams import decides_on
+from reviews.decisions.approvals import is_asker, waits_for_second_pair
 from reviews.decisions.decide import decide
 from reviews.decisions.declaration import Action, Ask
 from reviews.decisions.kinds import KINDS as DECLARED
@@ -72,6 +84,7 @@ LOST_AFTER = timedelta(minutes=5)
 REDRIVES = 3
 JOB = "reviews.queue.bulk.run_job"
 NO_REF = "no provider reference suggested to confirm with"
+FOUR_EYES = "needs four-eyes: decide it on its own page"
 
 
 @dataclass(frozen=True)
@@ -117,23 +130,24 @@ def apply(item_ids: Sequence[int], ask: Request, user: User) -> list[Outcome]:
 
 
 def _each(
-    item_ids: Sequence[int], ask: Request, user: User, stop: Callable[[], str] | None = None
+    item_ids: Sequence[int], ask: Request, user: User, creator: Creator | None = None
 ) -> Iterable[Outcome]:
-    """Each item's outcome, decided as it is reached. `stop`, asked before each item, gives a
-    reason to go no further: that item and every one after it are skipped with it."""
+    """Each item's outcome, decided as it is reached. A job's `creator` is read again before
+    each item and that reading decides it; once they may not decide at all, that item and
+    every one after it are skipped with the reason."""
     by_id = ReviewItem.objects.select_related("effect", "effect__agent").in_bulk(item_ids)
     items = [by_id[pk] for pk in item_ids if pk in by_id]
     suggestions = suggest_for_rows(items) if ask.action == Action.CONFIRM else {}
-    why = ""
     for pk in item_ids:
         item = by_id.get(pk)
-        why = why or (stop() if stop is not None else "")
-        if why:
+        person = creator.now() if creator is not None else user
+        if person is None:
+            why = creator.stopped if creator is not None else ""
             yield Outcome(pk, str(item.effect_id) if item else "", False, why)
         elif item is None:
             yield Outcome(pk, "", False, "no such review item")
         else:
-            yield _one(item, ask, user, suggestions.get(pk))
+            yield _one(item, ask, person, suggestions.get(pk))
 
 
 @dataclass
@@ -144,27 +158,48 @@ class Creator:
     name: str
     stopped: str = ""  # why not, once they may not: it stays so for the rest of the run
 
-    def refusal(self) -> str:
+    def now(self) -> User | None:
+        """The creator as the database has them now (their roles and teams not yet read), or
+        None once they are deactivated or hold no role that may decide."""
         if not self.stopped:
             user = User.objects.filter(pk=self.user_id).first()
             if user is None or not user.is_active:
                 self.stopped = f"Stopped: {self.name} is no longer active"
             elif not can_act(user):
                 self.stopped = f"Stopped: {self.name} no longer holds a role that may decide"
-        return self.stopped
+            else:
+                return user
+        return None
+
+
+def recheck(item: ReviewItem, ask: Request, user: User) -> str:
+    """Why `user` may not take `ask` on the item now, read afresh (not from the rows the run
+    began with): another team's effect, an item resolved meanwhile, an effect that waits for a
+    second operator. "" when nothing stands in the way of the decision's own checks."""
+    if not decides_on(user, item.effect_id):
+        return f"not decided: {user.get_username()} is not in the team this effect belongs to"
+    fresh = ReviewItem.objects.select_related("effect").filter(pk=item.pk).first()
+    if fresh is None or fresh.resolved_at is not None:
+        return "already resolved"
+    if ask.action == ASSIGN:
+        return ""
+    waits, asker = waits_for_second_pair(fresh.effect)
+    if not waits and fresh.reason != Reason.APPROVAL_REQUIRED:
+        return ""
+    if is_asker(asker, user):
+        return f"{FOUR_EYES}: {user.get_username()} asked for it, another operator decides it"
+    return FOUR_EYES
 
 
 def _one(item: ReviewItem, ask: Request, user: User, suggested: Suggestion | None) -> Outcome:
     effect = str(item.effect_id)
-    if item.resolved_at is not None:
-        return Outcome(item.pk, effect, False, "already resolved")
+    if why := recheck(item, ask, user):
+        return Outcome(item.pk, effect, False, why)
     if ask.action == ASSIGN:
         if assign_item(item, ask.assignee):
             return Outcome(item.pk, effect, True)
         return Outcome(item.pk, effect, False, "resolved meanwhile")
     target = item.effect
-    if item.reason == Reason.APPROVAL_REQUIRED or waits_for_second_pair(target)[0]:
-        return Outcome(item.pk, effect, False, "needs four-eyes: decide it on its own page")
     if ask.action not in allowed_actions(target, user):
         return Outcome(item.pk, effect, False, f"not offered for an effect in {target.status}")
     provider_ref, evidence = "", ask.evidence
@@ -192,7 +227,7 @@ def _one(item: ReviewItem, ask: Request, user: User, suggested: Suggestion | Non
     except ValidationFailed as exc:
         fields = "; ".join(f"{k}: {v}" for k, v in exc.extra.get("fields", {}).items())
         return Outcome(item.pk, effect, False, f"{exc.detail} {fields}".strip())
-    except Refused as exc:
+    except (Refused, Forbidden) as exc:  # Forbidden: `OutsideTeams`, teams changed meanwhile
         return Outcome(item.pk, effect, False, exc.detail)
     return Outcome(item.pk, effect, True)
 
@@ -233,7 +268,7 @@ def run_job(job_id: int) -> None:
     results: list[dict[str, Any]] = list(job.results)
     try:
         pending = job.item_ids[len(results) :]
-        for outcome in _each(pending, ask, job.created_by, stop=creator.refusal):
+        for outcome in _each(pending, ask, job.created_by, creator):
             results.append(asdict(outcome))
             # Only while still running: a job marked lost stays failed.
             if not BulkJob.objects.filter(pk=job_id, state=BulkJobState.RUNNING).update(
