@@ -9,7 +9,10 @@ The API (the command `importstatement`, the operators' upload form and the daily
   with the line and column otherwise; nothing is stored), then apply it in batches, each
   committed on its own. `source` is bytes, a binary stream or a path; `filename`'s extension
   says CSV or JSON Lines. `by` is who ("shell:alice", "operator:bob", "system:statements"),
-  `origin` how ("command", "upload", "fetch").
+  `origin` how ("command", "upload", "fetch"). Imports of one tool run one at a time: one
+  that finds another of its tool unfinished finishes that one first, then stages its own
+  (`stage`); an import that cannot be finished (its batch raises) is logged and left to
+  `resume`.
 - `resume(import_id) -> StatementImport`: apply what is left of an import a crash or an
   error interrupted; the row's `phase` and `cursor` say where it stopped.
 - `already_imported(tool, period_start, period_end) -> bool`: is the period covered by final
@@ -25,6 +28,7 @@ their incidents: `orphans`.
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -56,6 +60,8 @@ __all__ = [
     "resume",
 ]
 
+log = logging.getLogger(__name__)
+
 # The phases in the order they run (`ledger.statements.apply.step`).
 PHASES = {
     Phase.LINES: lines_phase,
@@ -79,18 +85,38 @@ def import_statement(
     if origin not in Origin.values:
         raise StatementError(f"origin must be one of {Origin.values}, not {origin!r}.")
     found = staging.check_request(tool, filename, period_start, period_end)
-    with _opened(source) as stream:
-        made = staging.stage(
-            found,
-            stream,
-            filename=filename,
-            period_start=period_start,
-            period_end=period_end,
-            provisional=provisional,
-            by=by,
-            origin=origin,
-        )
-    return resume(made.pk)
+    passing: frozenset[int] = frozenset()
+    while True:
+        try:
+            with _opened(source) as stream:
+                made = staging.stage(
+                    found,
+                    stream,
+                    filename=filename,
+                    period_start=period_start,
+                    period_end=period_end,
+                    provisional=provisional,
+                    by=by,
+                    origin=origin,
+                    passing=passing,
+                )
+        except staging.Behind as behind:
+            if not _finish_first(behind.import_id):
+                passing |= {behind.import_id}
+            continue
+        return resume(made.pk)
+
+
+def _finish_first(import_id: int) -> bool:
+    """Finish an unfinished import of the tool before staging another (beside the process
+    applying it, if one still is: they take its batches in turn). False when it cannot be
+    finished: it is logged and left to `resume`."""
+    try:
+        resume(import_id)
+    except Exception:
+        log.exception("statement import %s could not be finished; the next goes on", import_id)
+        return False
+    return True
 
 
 @contextmanager

@@ -2,7 +2,10 @@
 
 `step(import_id)` runs one batch of the import's current phase and commits it together with
 the row's `phase`, `cursor` and counts, so that a crash loses at most the batch in flight and
-`resume` goes on from the row. Phases, in order:
+`resume` goes on from the row. Every batch holds the tool's statement lock
+(`ledger.statements.stage.lock_tool`) and reads the effects after taking it, so a batch never
+decides on what another import of the tool is changing at that moment (a move it made would
+be lost to the other's, and its lines never looked at again). Phases, in order:
 
 1. `lines`: the effects the import's lines name, at most `BATCH` lines' worth at a time in
    effect id order. Each effect is read with all its current lines (from every statement)
@@ -44,6 +47,7 @@ from ledger.models.statements import Phase
 from ledger.provider.duplicates import report_duplicate
 from ledger.statements import decide as verdicts
 from ledger.statements.decide import EffectFact, LineFact, Verdict
+from ledger.statements.stage import lock_tool
 
 ACTOR = "system:statements"
 # Lines (lines phase), removed lines or candidate effects (later phases) per transaction.
@@ -99,6 +103,8 @@ def step(import_id: int, phases: dict[str, Callable[[StatementImport, Tool], Pro
         made = StatementImport.objects.select_for_update().get(pk=import_id)
         if made.phase == Phase.DONE:
             return False
+        with connection.cursor() as cursor:
+            lock_tool(cursor, made.tool)
         tool = Tool.objects.get(name=made.tool)
         progress = phases[made.phase](made, tool)
         order = [*phases, Phase.DONE]

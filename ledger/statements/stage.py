@@ -1,5 +1,13 @@
 """Staging a statement: all or nothing, in one transaction.
 
+**One import of a tool at a time.** Staging takes the tool's lock (`lock_tool`: a
+transaction-level advisory lock keyed by the tool's name; applying takes it too, for every
+batch) and stages nothing while another import of the tool is unfinished: it raises `Behind`
+naming that import, which the caller finishes first (`ledger.statements.import_statement`).
+So two imports of one tool at the same moment are staged and applied one after the other, and
+give exactly what the same two run one after the other give: no import's lines are decided
+while another's are only partly applied, and no move of one is lost to the other.
+
 The file is streamed through the parser into a temporary table with COPY (never held in
 memory whole); a fault anywhere rolls back the import row and every line. Then, still in the
 same transaction:
@@ -24,7 +32,7 @@ from django.db import connection, transaction
 
 from ledger.audit.redaction import excerpt, scrub_cards
 from ledger.models import LineType, StatementImport, StatementLine, Tool
-from ledger.models.statements import Origin
+from ledger.models.statements import Origin, Phase
 from ledger.statements.parse import (
     STAGE_COLUMNS,
     HashingReader,
@@ -45,6 +53,25 @@ _UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F
 # A file name is stored and shown with its card numbers tokenized; this long at most, so that
 # it still fits its column (500) once they are.
 _LONGEST_FILENAME = 255
+
+
+class Behind(Exception):
+    """Another import of the tool is unfinished (`import_id`): it is finished first."""
+
+    def __init__(self, import_id: int) -> None:
+        super().__init__(f"statement import {import_id} of the tool is unfinished")
+        self.import_id = import_id
+
+
+def lock_tool(cursor: Any, tool_name: str) -> None:
+    """The tool's statement lock, until the transaction ends: staging and every batch of
+    applying hold it, so one tool's imports never stage or apply at the same time. Its key is
+    a 64-bit hash of "ledger.statements:<tool>", apart from the fixed keys of the halts (ADR
+    0004) and the sealer, which are small numbers."""
+    cursor.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+        [f"ledger.statements:{tool_name}"],
+    )
 
 
 def check_request(
@@ -90,12 +117,27 @@ def stage(
     provisional: bool,
     by: str,
     origin: str,
+    passing: frozenset[int] = frozenset(),
 ) -> StatementImport:
-    """The import row with its lines stored and matched, or `StatementError` and nothing."""
+    """The import row with its lines stored and matched, or `StatementError` and nothing.
+    `Behind` (before a byte is read) while another import of the tool is unfinished, other
+    than those in `passing` (imports that could not be finished: they are left to `resume`)."""
     fmt = file_format(filename)
     reader = LineReader(tool, Period(period_start, period_end))
     hashing = HashingReader(source)
     with transaction.atomic():
+        with connection.cursor() as cursor:
+            lock_tool(cursor, tool.name)
+        unfinished = (
+            StatementImport.objects.filter(tool=tool.name)
+            .exclude(phase=Phase.DONE)
+            .exclude(pk__in=passing)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if unfinished is not None:
+            raise Behind(unfinished)
         made = StatementImport.objects.create(
             tool=tool.name,
             filename=scrub_cards(filename)[:500],
@@ -108,7 +150,7 @@ def stage(
         )
         stage_table = f"stm_stage_{made.pk}"
         with connection.cursor() as cursor:
-            _open_stage(cursor, tool, stage_table)
+            _open_stage(cursor, stage_table)
             raw = cursor.cursor
             with raw.copy(f"COPY {stage_table} ({STAGE_COLUMNS}) FROM STDIN") as copy:
                 count = 0
@@ -129,16 +171,12 @@ def stage(
     return made
 
 
-def _open_stage(cursor: Any, tool: Tool, stage_table: str) -> None:
-    """The staging table for one file, in a transaction that holds the tool's staging lock."""
+def _open_stage(cursor: Any, stage_table: str) -> None:
+    """The staging table for one file, in a transaction that holds the tool's lock (a revision
+    is diffed against the lines staged before it, which no other import of the tool may be
+    writing)."""
     # Matching joins and sorts a whole statement against the tool's effects at once: with the
-    # default work_mem (4 MB) PostgreSQL spills its hashes and sorts to disk. One staging per
-    # tool at a time: a revision is diffed against the lines staged before it, which a
-    # concurrent import of the same tool must not be writing.
-    cursor.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-        [f"ledger.statements:{tool.name}"],
-    )
+    # default work_mem (4 MB) PostgreSQL spills its hashes and sorts to disk.
     cursor.execute(f"SET LOCAL work_mem = '{STAGING_WORK_MEM}'")
     # One statement over a million rows: compiling it (JIT) costs more than it saves.
     cursor.execute("SET LOCAL jit = off")
