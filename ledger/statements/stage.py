@@ -126,18 +126,7 @@ def stage(
     reader = LineReader(tool, Period(period_start, period_end))
     hashing = HashingReader(source)
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            lock_tool(cursor, tool.name)
-        unfinished = (
-            StatementImport.objects.filter(tool=tool.name)
-            .exclude(phase=Phase.DONE)
-            .exclude(pk__in=passing)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-            .first()
-        )
-        if unfinished is not None:
-            raise Behind(unfinished)
+        _first_in_line(tool, passing)
         made = StatementImport.objects.create(
             tool=tool.name,
             filename=scrub_cards(filename)[:500],
@@ -169,6 +158,23 @@ def stage(
         StatementImport.objects.filter(pk=made.pk).update(**counts)
     made.refresh_from_db()
     return made
+
+
+def _first_in_line(tool: Tool, passing: frozenset[int]) -> None:
+    """Take the tool's lock for the staging transaction; `Behind` while another import of the
+    tool (other than those `passing`) is unfinished."""
+    with connection.cursor() as cursor:
+        lock_tool(cursor, tool.name)
+    unfinished = (
+        StatementImport.objects.filter(tool=tool.name)
+        .exclude(phase=Phase.DONE)
+        .exclude(pk__in=passing)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if unfinished is not None:
+        raise Behind(unfinished)
 
 
 def _open_stage(cursor: Any, stage_table: str) -> None:
