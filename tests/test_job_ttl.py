@@ -44,7 +44,8 @@ def test_a_failed_job_is_kept_a_day_for_a_person_to_read(
     try:
         assert job_id in registry.get_job_ids()
         ttl = rq_queue.connection.ttl(rq.job.Job.key_for(job_id))
-        assert FAILURE_TTL - 60 < ttl <= FAILURE_TTL
+        # Within an hour of a day (a busy machine may be slow to ask): not rq's year, nor 500 s.
+        assert FAILURE_TTL - 3600 < ttl <= FAILURE_TTL
     finally:
         # Other tests' workers must find no failed job (`work`): this one is not theirs.
         registry.remove(job_id, delete_job=True)
