@@ -1,5 +1,5 @@
 """The ledger as the payment-loop benchmark runs it: the web server as `make run` starts it
-(gunicorn behind the front door, `devstack.web.web_services`), and the server's own time per call
+(gunicorn behind nginx, `devstack.web.web_services`), and the server's own time per call
 read from gunicorn's access log.
 
 The server is `devstack.web.web_services` with `make run`'s worker and thread counts
@@ -46,7 +46,7 @@ class LedgerServer:
 
 @contextlib.contextmanager
 def ledger_server(env: dict[str, str], scratch: Path) -> Iterator[LedgerServer]:
-    """gunicorn behind the front door serving the ledger on a free port, their output in
+    """gunicorn behind nginx serving the ledger on a free port, their output in
     `scratch`/gunicorn.log; stopped, with gunicorn's workers, on exit."""
     workers = os.environ.get("GUNICORN_WORKERS", "2")
     threads = os.environ.get("GUNICORN_THREADS", "4")
@@ -84,7 +84,7 @@ def ledger_server(env: dict[str, str], scratch: Path) -> Iterator[LedgerServer]:
                     start_new_session=True,
                 )
             )
-    label = f"gunicorn gthread, {workers} workers × {threads} threads, behind the front door"
+    label = f"gunicorn gthread, {workers} workers × {threads} threads, behind nginx"
     server = Server(f"http://127.0.0.1:{port}", procs[0], label + " (as `make run`)")
     try:
         try:

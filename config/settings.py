@@ -206,7 +206,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
+# Where collectstatic puts the pages' files and WhiteNoise serves them from.
+STATIC_ROOT = Path(env_str("LEDGER_STATIC_ROOT", str(BASE_DIR / "var" / "staticfiles")))
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -22,7 +22,7 @@ the servers and exits with CMD's exit code.
   * migrates, collects static files, loads `tools.toml`, creates the `demo` agent and the
     `operator` admin if missing (their credentials are printed only when created;
     `devstack.provision`);
-  * starts the web server (gunicorn behind the buffering front door on HOST:PORT, see
+  * starts the web server (gunicorn behind nginx on HOST:PORT, see
     `devstack.web`), an rq worker and the django-q cluster (plus `sandbox_services()`), and
     supervises them (`devstack.supervisor`): one that dies is started again; one that dies more
     than five times in a minute stops the stack, which then exits non-zero.
@@ -124,7 +124,7 @@ def app_services(host: str, port: int) -> list[Service]:
     )
     return [
         *sandbox_services(host, port),
-        *web,  # gunicorn, then the front door on host:port (devstack.web)
+        *web,  # gunicorn, then nginx on host:port (devstack.web)
         # Non-forking: a wake-up job is a few queries and one provider call, so forking per
         # job would cost more than the job.
         Service(
@@ -185,7 +185,7 @@ def _wait_for_http(
     while time.monotonic() < deadline:
         _check_children(supervisor, servers)
         with contextlib.suppress(OSError), socket.create_connection((connect_host, port), 1):
-            if upstream_accepts(port):  # gunicorn, behind the front door
+            if upstream_accepts(port):  # gunicorn, behind nginx
                 return
         time.sleep(0.2)
     raise RuntimeError(
@@ -208,7 +208,7 @@ def fresh_metrics_dir(path: Path = VAR / "prometheus") -> Path:
 
 
 def _listen_address() -> tuple[str, int] | int:
-    """HOST and PORT of the front door, or the exit code when they cannot be used."""
+    """HOST and PORT nginx serves on, or the exit code when they cannot be used."""
     host = os.environ.get("HOST") or "127.0.0.1"
     try:
         port = int(os.environ.get("PORT") or "8000")

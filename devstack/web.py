@@ -1,11 +1,10 @@
-"""The web server as `make run` serves it, and as production should: the front door
-(`config.frontdoor`) on the public address, gunicorn's gthread workers behind it on a Unix
-socket of their own.
+"""The web server as `make run` serves it, and as production should: nginx (`config.nginx`)
+on the public address, gunicorn's gthread workers behind it on a Unix socket of their own.
 
-gunicorn reads a request in the thread that will run it, so clients that send their headers
-slowly can hold every thread; the front door reads requests with asyncio under deadlines and
-hands gunicorn only complete ones, over kept-alive connections. `gunicorn_argv` alone (the tests
-that need several gunicorn processes, the crash test) serves the same application without it.
+gunicorn reads a request, and writes its answer, in the thread that runs it, so clients that
+send or read slowly can hold every thread; nginx reads each request whole before gunicorn sees
+it and each answer whole before the client does. `gunicorn_argv` alone (the tests that need
+several gunicorn processes, the crash test) serves the same application without it.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from config.frontdoor import UPSTREAM_KEEPALIVE
+from config.nginx import UPSTREAM_KEEPALIVE
 from devstack.embedded import VAR
 from devstack.supervisor import Service
 
@@ -59,7 +58,7 @@ def gunicorn_has_control_socket() -> bool:
 
 
 def upstream_socket(port: int) -> Path:
-    """Where gunicorn listens behind the front door on `port`: under var/, or the temporary
+    """Where gunicorn listens behind nginx on `port`: under var/, or the temporary
     directory when var/ is too deep for a socket's path."""
     path = VAR / f"web-{port}.sock"
     if len(os.fsencode(path)) > _SOCKET_PATH_MAX:
@@ -67,8 +66,13 @@ def upstream_socket(port: int) -> Path:
     return path
 
 
-def frontdoor_argv(bind: str, upstream: str) -> list[str]:
-    return [sys.executable, "-m", "config.frontdoor", "--bind", bind, "--upstream", upstream]
+def front_argv(bind: str, upstream: Path) -> list[str]:
+    """nginx on `bind` in front of gunicorn at `upstream`, its own files beside the socket."""
+    prefix = upstream.with_name(f"{upstream.stem}-nginx")
+    return [
+        sys.executable, "-m", "config.nginx", "run",
+        "--listen", bind, "--upstream", f"unix:{upstream}", "--prefix", str(prefix),
+    ]  # fmt: skip
 
 
 def web_services(
@@ -80,8 +84,8 @@ def web_services(
     options: Sequence[str] = (),
     upstream: Path | None = None,
 ) -> list[Service]:
-    """gunicorn on a Unix socket, then the front door on host:port passing requests to it
-    (start them in this order; stop them in reverse). `options` go to gunicorn."""
+    """gunicorn on a Unix socket, then nginx on host:port passing requests to it (start them
+    in this order; stop them in reverse). `options` go to gunicorn."""
     path = upstream or upstream_socket(port)
     extra = ["--keep-alive", str(UPSTREAM_KEEPALIVE), *options]
     if gunicorn_has_control_socket() and "--control-socket" not in options:
@@ -93,12 +97,12 @@ def web_services(
             "gunicorn",
             gunicorn_argv(WEB_APP, f"unix:{path}", workers=workers, threads=threads, options=extra),
         ),
-        Service("frontdoor", frontdoor_argv(bind, f"unix:{path}")),
+        Service("nginx", front_argv(bind, path)),
     ]
 
 
 def upstream_accepts(port: int, upstream: Path | None = None) -> bool:
-    """Whether gunicorn behind the front door on `port` accepts connections yet."""
+    """Whether gunicorn behind nginx on `port` accepts connections yet."""
     with (
         contextlib.suppress(OSError),
         socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock,

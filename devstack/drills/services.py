@@ -1,5 +1,5 @@
 """The ledger's processes for a drill, started as `make run` starts them (`devstack.stack`):
-gunicorn behind the front door (`devstack.web`), the non-forking rq worker and the django-q2
+gunicorn behind nginx (`devstack.web`), the non-forking rq worker and the django-q2
 cluster, plus a sandbox payments provider of the drill's own for the reconciler's lookups."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from devstack.provision import fresh_database
 from devstack.sandbox.launch import SandboxProcess
 from devstack.stack import app_services
 
-WEB, FRONTDOOR, RQ_WORKER, QCLUSTER = "gunicorn", "frontdoor", "rqworker", "qcluster"
-SERVICES = (WEB, FRONTDOOR, RQ_WORKER, QCLUSTER)  # in start order
+WEB, FRONT, RQ_WORKER, QCLUSTER = "gunicorn", "nginx", "rqworker", "qcluster"
+SERVICES = (WEB, FRONT, RQ_WORKER, QCLUSTER)  # in start order
 DATABASE = "faultdrill"
 AGENT = "faultdrill"
 START_TIMEOUT = 60.0

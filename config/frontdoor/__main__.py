@@ -1,5 +1,0 @@
-import sys
-
-from config.frontdoor.server import main
-
-sys.exit(main())
