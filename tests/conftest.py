@@ -9,6 +9,8 @@ pytest_plugins = [
     "tests.fixtures.people",
     "tests.fixtures.queues",
     "tests.fixtures.providers",
+    # The web stack as `make run` serves it (nginx in front of gunicorn), for black-box tests.
+    "tests.fixtures.served",
     # A real OpenID Connect provider in its own process, for single sign-on.
     "tests.fixtures.idp",
     # Every log line of the suite is scanned for keys, passwords and card numbers.
