@@ -26,10 +26,18 @@ def post_worker_init(worker: Any) -> None:
     (`ledger.restore.keyring`; other keys stop the server, since every idempotency key would
     change), and the database is compared with the witness (`ledger.restore`): one that went
     back in time puts the ledger in restore mode before any agent is answered from it. A failed
-    witness check is logged, not fatal: the sweep runs it every minute."""
+    witness check is logged, not fatal: the sweep runs it every minute.
+
+    gunicorn writes an access line whenever its logging is configured, as it is below; the
+    application already logs every API request (`ledger.requests`) and nginx the rest, so a
+    worker keeps gunicorn's access lines only when asked for them (`--access-logfile`, as the
+    crash test and the payment-loop benchmark do)."""
     import logging
 
     from django.db import connection
+
+    if not worker.cfg.accesslog:
+        logging.getLogger("gunicorn.access").setLevel(logging.WARNING)
 
     from ledger.restore.keyring import KeysMismatch, check
 
