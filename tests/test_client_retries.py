@@ -36,7 +36,9 @@ class FlakyProxy(ThreadingHTTPServer):
 
     `lose("POST", "/outcome")`: the next matching request reaches the ledger, but its answer is
     thrown away and the connection closed. `refuse(...)`: the next one gets a 503 and never
-    reaches the ledger.
+    reaches the ledger. `break_off(..., status)`: the next one reaches the ledger, and its answer
+    is replaced by the 502 or 504 a front server gives when the application broke off or was
+    too slow (the request may have committed).
     """
 
     daemon_threads = True
@@ -57,6 +59,9 @@ class FlakyProxy(ThreadingHTTPServer):
 
     def refuse(self, method: str, path_end: str) -> None:
         self.faults.append(("refuse", method, path_end))
+
+    def break_off(self, method: str, path_end: str, status: int) -> None:
+        self.faults.append((str(status), method, path_end))
 
     def fault_for(self, method: str, path: str) -> str | None:
         with self.lock:
@@ -90,17 +95,26 @@ class _Forward(BaseHTTPRequestHandler):
         if fault == "lose":
             self.close_connection = True
             return
-        self.send_response(answer.status_code)
+        status, content = answer.status_code, answer.content
+        if fault in _BROKEN_OFF:
+            status, content = int(fault), _BROKEN_OFF[fault]
+        self.send_response(status)
         self.send_header("Content-Type", answer.headers.get("Content-Type", "application/json"))
-        self.send_header("Content-Length", str(len(answer.content)))
+        self.send_header("Content-Length", str(len(content)))
         self.end_headers()
-        self.wfile.write(answer.content)
+        self.wfile.write(content)
 
     def log_message(self, format: str, *args: object) -> None:
         return None
 
 
 _PASSED = {"authorization", "content-type"}
+# The front server's own answers (config/nginx/effect-ledger.conf) when the application broke
+# off after the request was sent, or did not answer in time.
+_BROKEN_OFF = {
+    "502": b'{"error": "upstream_lost", "detail": "The application stopped before it answered."}',
+    "504": b'{"error": "upstream_timeout", "detail": "The application did not answer in time."}',
+}
 
 
 @pytest.fixture
@@ -227,6 +241,22 @@ def test_503s_past_the_retries_raise_ledger_unavailable(proxy, key, sleeps):
     assert not EffectRow.objects.exists()
 
 
+@live
+@pytest.mark.parametrize("status", [502, 504])
+def test_an_outcome_answered_502_or_504_by_the_front_server_is_repeated(
+    ledger, proxy, sleeps, status
+):
+    with ledger.effect("run-1", "pay", "charge_card", "acct_42", CHARGE) as e:
+        proxy.break_off("POST", "/outcome", status)
+        e.confirm("ch_1", {"id": "ch_1"})
+
+    # The first outcome committed; its repeat, with the same body, changed nothing.
+    assert proxy.seen.count(f"POST /api/v1/effects/{e.id}/outcome") == 2
+    assert EffectRow.objects.get(id=e.id).status == "confirmed"
+    assert EffectEvent.objects.filter(effect_id=e.id, to_status="confirmed").count() == 1
+    assert len(sleeps) == 1
+
+
 def long_poll(ledger: Ledger) -> object:
     ledger.get = lambda effect_id: SimpleNamespace(status="planned")  # type: ignore[method-assign]
     return ledger.wait_for_change("e", timeout=5)
@@ -283,6 +313,17 @@ def test_a_503_to_a_call_that_is_not_idempotent_is_not_repeated(ledger, proxy, s
         ledger.transport.send(not_idempotent(intent()))
     assert proxy.seen.count("POST /api/v1/effects") == 1
     assert not EffectRow.objects.exists()
+    assert sleeps == []
+
+
+@live
+def test_a_502_to_a_call_that_is_not_idempotent_is_not_repeated(ledger, proxy, sleeps):
+    proxy.break_off("POST", "/api/v1/effects", 502)
+    with pytest.raises(LedgerUnavailable, match=r"after 1 try \(502 upstream_lost\)"):
+        ledger.transport.send(not_idempotent(intent()))
+    # It reached the ledger, which recorded it: a repeat might have done it twice.
+    assert proxy.seen.count("POST /api/v1/effects") == 1
+    assert EffectRow.objects.filter(run_id="run-1", step_id="pay").count() == 1
     assert sleeps == []
 
 

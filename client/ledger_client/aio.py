@@ -70,9 +70,10 @@ class AsyncTransport:
             except httpx.TransportError as exc:
                 failure, last = "transport", f"{type(exc).__name__}: {exc}"
             else:
-                if response.status_code != 503:
+                kind = protocol.failure_of(response.status_code)
+                if kind is None:
                     return protocol.decode(call, response.status_code, _json(response))
-                failure, last = "unavailable", "503 unavailable"
+                failure, last = kind, protocol.failure_label(response.status_code, _json(response))
             if not self.retry.should_retry(call, failure, attempt):
                 raise protocol.unavailable(call, attempt, last)
             await self.sleep(self.retry.delay(attempt))

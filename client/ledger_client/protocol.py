@@ -4,8 +4,10 @@ a `Call` over its own transport and hands the answer back.
 
 Retries. A call is retried only when a repeat cannot do anything twice:
 - the request never reached the ledger (the connection could not be made): any call;
-- any other transport failure, or a 503 (the database was unreachable, nothing committed), on
-  a call that is idempotent: reads, and writes the ledger recognises as repeats (an intent by
+- any other transport failure, a 503 (the database was unreachable, or the front server found
+  the application not accepting: nothing committed), or a 502 or 504 from the front server (the
+  application stopped or did not answer in time: the request may have committed), on a call
+  that is idempotent: reads, and writes the ledger recognises as repeats (an intent by
   its effect key, a claim by its `claim_id`, a heartbeat, an outcome with the same body, a
   cancel, a compensation by its `compensation_key`, recovery).
 Every call this client builds is idempotent in that sense; `Call.idempotent` is False only for
@@ -64,6 +66,25 @@ class Retry:
         if attempt > self.retries:
             return False
         return failure == "connect" or call.idempotent
+
+
+def failure_of(status: int) -> Failure | None:
+    """The kind of failure an HTTP status stands for, if it is one a repeat may get past."""
+    if status == 503:
+        return "unavailable"
+    if status in (502, 504):
+        # Sent by a proxy when the application broke off or was too slow: like a transport
+        # failure after the request was sent, it may have taken effect.
+        return "transport"
+    return None
+
+
+def failure_label(status: int, body: Any) -> str:
+    """How a failed answer is named in `LedgerUnavailable`: its status and error code."""
+    code = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(code, str):
+        code = {502: "bad_gateway", 503: "unavailable", 504: "gateway_timeout"}.get(status, "")
+    return f"{status} {code}".rstrip()
 
 
 def unavailable(call: Call, tries: int, last: str) -> errors.LedgerUnavailable:
