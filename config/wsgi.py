@@ -11,10 +11,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 
 def client_address(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
-    """REMOTE_ADDR from the front door's X-Forwarded-For (`config.frontdoor`), for requests
-    that came through a Unix socket only: gunicorn serves those with an empty REMOTE_ADDR, and
-    only a process on this machine can reach the socket. Over TCP the header is ignored, so a
-    client talking to gunicorn directly cannot choose the address that login lockouts count."""
+    """REMOTE_ADDR from X-Forwarded-For, for requests that came through a Unix socket only:
+    gunicorn serves those with an empty REMOTE_ADDR, and only a process on this machine can
+    reach the socket. There nginx (`config.nginx`) has replaced whatever the client sent with
+    the one address it takes for the client's (the TCP peer, or behind LEDGER_TRUSTED_PROXIES
+    the right-most untrusted hop); the last entry of the header is taken. Over TCP the header
+    is ignored, so a client talking to gunicorn directly cannot choose the address that login
+    lockouts count."""
 
     def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         forwarded = environ.get("HTTP_X_FORWARDED_FOR")

@@ -2,7 +2,7 @@
 machine or in CI, and nothing a server needs.
 
 - `stack` (`make run`, `make test`), with `embedded` (PostgreSQL and Redis when none is
-  configured), `supervisor`, `web` (gunicorn behind the front door as `make run` starts them),
+  configured), `supervisor`, `web` (gunicorn behind nginx as `make run` starts them),
   `provision` (databases, migrations, the demo agent) and `signals`;
 - `sandbox`: the fake outside world, payment and messaging providers in processes of their own;
 - `crashtest` (`make crashtest`) and `drills` (`make drills`), with what they share in
