@@ -51,7 +51,7 @@ def test_a_postgres_restart_under_load_loses_nothing_and_every_worker_recovers(d
     _no_harm(counts)
     assert counts["answered 503"] > 0  # the clients did meet the outage
     assert counts["503 not 'unavailable'"] == 0
-    assert counts["no answer"] == 0
+    assert counts["no answer"] == counts["answer lost (502/504)"] == 0
     assert counts["after: new intent answered"] == 201
     assert counts["after: unknown checked by rq on wake-up"] == "3/3"
     assert counts["after: django-q2 ran reconciliation-sweep (s)"] is not None
@@ -82,7 +82,8 @@ def test_sigkilled_web_processes_lose_no_acknowledged_write_and_repeats_are_safe
     _no_harm(counts)
     assert counts["gunicorn workers SIGKILLed"] > 0
     assert counts["gunicorn master SIGKILLed"] == 1
-    assert counts["no answer"] > 0
+    # A killed worker's requests are answered by nginx: 502 upstream_lost (repeat it as it was).
+    assert counts["no answer"] + counts["answer lost (502/504)"] > 0
     assert counts["never acknowledged"] == 0
     assert counts["repeat: 200, same effect"] == counts["repeated after a fault"]
     assert counts["after: new intent answered"] == 201

@@ -36,6 +36,7 @@ def answer_counts(calls: Sequence[Call]) -> dict[str, Any]:
             1 for c in refused if c.kind != "health" and c.error != "unavailable"
         ),
         "no answer": sum(1 for c in calls if c.status is None),
+        "answer lost (502/504)": sum(1 for c in calls if c.status is not None and c.answer_lost),
         "tracebacks": sum(1 for c in calls if c.traceback),
         f"hung > {HANG_LIMIT:.0f} s": sum(1 for c in calls if c.seconds > HANG_LIMIT),
         "max latency s": round(max((c.seconds for c in calls), default=0.0), 3),
@@ -67,8 +68,8 @@ def ledger_counts(intents: Sequence[Intent], stored: dict[tuple[str, str], str])
 
 
 def replay(api: Api, intents: Iterable[Intent]) -> dict[str, int]:
-    """Repeat every acknowledged intent that met a fault on its way (no answer or a 503): the
-    repeat must be a 200 carrying the same effect."""
+    """Repeat every acknowledged intent that met a fault on its way (no answer, a lost answer
+    or a 503): the repeat must be a 200 carrying the same effect."""
     hit = [i for i in intents if i.effect_id and (i.unanswered or i.refused)]
     same = 0
     for intent in hit:

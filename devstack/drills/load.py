@@ -3,8 +3,10 @@ what it answered.
 
 An intent client posts intents one after another, each with a run_id/step_id of its own, and
 repeats the same request until it is answered: after a 503 it waits what `Retry-After` says
-(as the API asks), after no answer at all a moment. So every intent ends acknowledged (201, or
-200 when an earlier attempt had stored it) unless the drill's drain time runs out.
+(as the API asks), after no answer at all, or an answer lost behind the front server (502
+`upstream_lost`, 504 `upstream_timeout`: the request may have taken effect), a moment. So
+every intent ends acknowledged (201, or 200 when an earlier attempt had stored it) unless the
+drill's drain time runs out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ HANG_LIMIT = 5.0
 MAX_RETRY_AFTER = 5.0  # never believe a Retry-After longer than this
 NO_ANSWER_PAUSE = 0.2
 DRAIN_SECONDS = 60.0  # how long clients keep repeating unanswered intents after the load
+# The front server's own answers when gunicorn broke off after the request reached it, or did
+# not answer in time: the application's answer was lost, as with no answer at all.
+LOST_ANSWERS = {502: "upstream_lost", 504: "upstream_timeout"}
 
 
 @dataclass
@@ -35,12 +40,17 @@ class Call:
     status: int | None  # None: no answer (refused, reset, timed out)
     retry_after: str | None
     error: str  # the body's `error`, or the transport error's class
-    traceback: bool  # a 5xx other than 503, a body that is not JSON, or a traceback in it
+    traceback: bool  # a 5xx other than 503 or a lost answer, a body not JSON, or a traceback
     body: dict[str, Any] | None
 
     @property
     def ended(self) -> float:
         return self.started + self.seconds
+
+    @property
+    def answer_lost(self) -> bool:
+        """No answer, or the front server's word that the application's answer was lost."""
+        return self.status is None or LOST_ANSWERS.get(self.status) == self.error
 
 
 @dataclass
@@ -49,7 +59,7 @@ class Intent:
     step_id: str
     effect_id: str | None = None  # from the answer that acknowledged it
     answer: int | None = None  # 201 (new) or 200 (an earlier attempt had stored it)
-    unanswered: int = 0  # attempts before that got no answer
+    unanswered: int = 0  # attempts before that got no answer, or a lost one (502/504)
     refused: int = 0  # attempts before that got 503
     other: int | None = None  # a status that is neither, which ends the attempts
 
@@ -63,8 +73,8 @@ class Intent:
         }
 
 
-def _is_traceback(status: int, text: str, content_type: str) -> bool:
-    if status >= 500 and status != 503:
+def _is_traceback(status: int, error: str, text: str, content_type: str) -> bool:
+    if status >= 500 and status != 503 and LOST_ANSWERS.get(status) != error:
         return True
     if "Traceback (most recent call last)" in text:
         return True
@@ -95,15 +105,19 @@ class Api:
             with contextlib.suppress(ValueError):
                 parsed = json.loads(response.text)
                 data = parsed if isinstance(parsed, dict) else None
+            error = str((data or {}).get("error") or "")
             call = Call(
                 kind,
                 started,
                 time.monotonic() - started,
                 response.status_code,
                 response.headers.get("Retry-After"),
-                str((data or {}).get("error") or ""),
+                error,
                 _is_traceback(
-                    response.status_code, response.text, response.headers.get("content-type", "")
+                    response.status_code,
+                    error,
+                    response.text,
+                    response.headers.get("content-type", ""),
                 ),
                 data,
             )
@@ -116,7 +130,7 @@ class Api:
 
 def pause_after(call: Call) -> float:
     """How long to wait before repeating a request that was not acknowledged."""
-    if call.status is None:
+    if call.answer_lost:
         return NO_ANSWER_PAUSE
     try:
         return min(max(float(call.retry_after or 1), 0.0), MAX_RETRY_AFTER)
@@ -131,7 +145,7 @@ def settle(api: Api, intent: Intent, give_up_at: Callable[[], float]) -> None:
         if call.status in (200, 201) and call.body:
             intent.answer, intent.effect_id = call.status, str(call.body.get("id"))
             return
-        if call.status is None:
+        if call.answer_lost:
             intent.unanswered += 1
         elif call.status == 503:
             intent.refused += 1

@@ -3,8 +3,8 @@ as an agent built on the ledger would, and keeps a journal of its runs outside t
 
 A run is one charge: the intent with a claim (POST /effects, `claim: true`, a `claim_id` of its
 own so a repeat is the same claim), the charge at the provider under the effect's idempotency
-key, then the outcome. Every call is repeated after a 503 or no answer. An outcome the ledger
-refuses (the effect is gone, or in doubt since a restore) leaves the run interrupted.
+key, then the outcome. Every call is repeated after a 503, no answer or a lost one. An outcome
+the ledger refuses (the effect is gone, or in doubt since a restore) leaves the run interrupted.
 
 The journal is what an orchestrator keeps in a store of its own (a workflow engine's
 checkpoints): every run the agent started, and what the ledger told it. After the database went
@@ -67,10 +67,11 @@ class Run:
 def until_answered(
     api: Api, kind: str, method: str, path: str, body: Any, give_up_at: Callable[[], float]
 ) -> Call | None:
-    """Repeat a call until it gets an answer other than 503 (None when time ran out)."""
+    """Repeat a call until it gets an answer other than 503 or a lost one (None when time ran
+    out)."""
     while time.monotonic() < give_up_at():
         call = api.call(kind, method, path, body)
-        if call.status is not None and call.status != 503:
+        if not call.answer_lost and call.status != 503:
             return call
         time.sleep(pause_after(call))
     return None
