@@ -5,8 +5,8 @@ read from gunicorn's access log.
 The server is `devstack.web.web_services` with `make run`'s worker and thread counts
 (GUNICORN_WORKERS / GUNICORN_THREADS, default 2 × 4), `PYTHONUNBUFFERED=1`, a fresh
 `PROMETHEUS_MULTIPROC_DIR` and `LOG_LEVEL` INFO unless set, as `make run` gives them. The one
-addition is the access-log format: `make run` already writes an access line per request
-(gunicorn's logger is configured by `config.gunicorn_hooks`); here the line carries `%(D)s`,
+addition is gunicorn's access log (`make run` writes none: the application logs each API
+request), turned on with `--access-logfile -` and a format whose line carries `%(D)s`,
 the microseconds gunicorn spent from reading the request to finishing the response. That is
 server time without any change to the product, and it leaves out the client, the network and
 the connection.

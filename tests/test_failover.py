@@ -1,5 +1,5 @@
 """Failover onto a streaming replica, on real servers: a primary and a synchronous standby on
-loopback (devstack.drills.replica), the ledger's processes (gunicorn behind the front door, the
+loopback (devstack.drills.replica), the ledger's processes (gunicorn behind nginx, the
 rq worker, the django-q2 cluster) started once with both hosts in DATABASE_URL and
 target_session_attrs=read-write. Intent clients post through the switch: the primary is stopped
 at once and fenced, the standby promoted with `pg_ctl promote`. The same processes, never
