@@ -355,14 +355,7 @@ def web(drill: Drill) -> DrillReport:
     report.counts["gunicorn workers SIGKILLed"] = kills["worker"]
     report.counts["gunicorn master SIGKILLed"] = kills["master"]
     report.counts["gunicorn restart s (max)"] = round(max(restarts, default=0.0), 1)
-    # Behind nginx a killed worker's requests are answered 502 upstream_lost; a killed master
-    # may also leave connections without an answer.
-    unanswered = report.counts["no answer"] + report.counts["answer lost (502/504)"]
-    report.expect("some request went unanswered", unanswered > 0)
-    faulted = [i for i in load.intents if i.unanswered]
-    report.counts["intents that got no answer first"] = len(faulted)
-    report.counts["  then 200 (it had been stored)"] = sum(1 for i in faulted if i.answer == 200)
-    report.counts["  then 201 (it had not)"] = sum(1 for i in faulted if i.answer == 201)
+    _unanswered(report, load)
     calls: list[Call] = []
     api = drill.api(calls)
     report.counts.update(replay(api, load.intents))
@@ -380,6 +373,18 @@ def web(drill: Drill) -> DrillReport:
     report.expect_count("rq worker, django-q2 restarted", 0)
     report.expect("gunicorn is running", drill.stack.alive(WEB))
     return report
+
+
+def _unanswered(report: DrillReport, load: Load) -> None:
+    """The requests the killed processes left without their answer, and what their repeats got.
+    Behind nginx a killed worker's requests are answered 502 upstream_lost; a killed master
+    may also leave connections without an answer."""
+    unanswered = report.counts["no answer"] + report.counts["answer lost (502/504)"]
+    report.expect("some request went unanswered", unanswered > 0)
+    faulted = [i for i in load.intents if i.unanswered]
+    report.counts["intents that got no answer first"] = len(faulted)
+    report.counts["  then 200 (it had been stored)"] = sum(1 for i in faulted if i.answer == 200)
+    report.counts["  then 201 (it had not)"] = sum(1 for i in faulted if i.answer == 201)
 
 
 # --- The conductor -------------------------------------------------------------------------
