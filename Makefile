@@ -77,24 +77,34 @@ crashtest: install-test
 # Fault drills under load, on a private PostgreSQL and Redis: each restarted, then the web
 # process SIGKILLed; then, on clusters of its own, the primary of a synchronous pair killed and
 # its standby promoted. Prints the counts. DRILLS_ARGS, e.g. "--seconds 60 --outage 20".
+# Outside any stack, with settings and free ports of their own (devstack/drills/environment.py):
+# nothing of `make run` (its database, keys, var/run.env, ports) is needed or read.
 drills: install-test
-	$(TEST_ENV) $(STACK) exec -- \
-	  $(PY) manage.py faultdrill postgres redis web failover-sync failover-async restore $(DRILLS_ARGS)
+	$(PY) -m devstack.drills postgres redis web failover-sync failover-async restore $(DRILLS_ARGS)
 
-# The multi-agent demo, against a running `make run` (its settings come from var/run.env).
-# One agent identity per role, each with a fresh key.
+# The multi-agent demo, against a running `make run` (its settings come from var/run.env; PORT,
+# SANDBOX_PAYMENTS_PORT and SANDBOX_MESSAGING_PORT as given to it). One agent identity per role,
+# each with a fresh key.
 demo: install-test
 	for role in planner validator executor fulfilment; do \
 	  export LEDGER_$$(echo $$role | tr a-z A-Z)_KEY=$$($(PY) manage.py createagent demo-$$role | tail -1); \
 	done; \
 	$(PY) demo/run.py --ledger http://127.0.0.1:$${PORT:-8000} \
-	  --payments http://127.0.0.1:8101 --messaging http://127.0.0.1:8102
+	  --payments http://127.0.0.1:$${SANDBOX_PAYMENTS_PORT:-8101} \
+	  --messaging http://127.0.0.1:$${SANDBOX_MESSAGING_PORT:-8102}
 
 # The framework examples (examples/<framework>/agent.py), each against a whole stack started for
 # the purpose (embedded PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset) and the
-# sandbox providers; non-zero if any fails. EXAMPLES="langgraph dbos" runs only those.
+# sandbox providers; non-zero if any fails. EXAMPLES="langgraph dbos" runs only those. The stack
+# is its own (files under var/examples, free ports unless PORT, SANDBOX_PAYMENTS_PORT or
+# SANDBOX_MESSAGING_PORT are given), so it runs beside `make run`. It needs the frameworks, not
+# the test toolchain (no browser, no promtool).
 .PHONY: examples
-examples: install-test
+$(VENV)/.installed-examples: pyproject.toml client/pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[embedded,examples]' -e 'client[langgraph,openai-agents,pydantic-ai,mcp,dbos]'
+	touch $@
+
+examples: $(VENV)/.installed-examples
 	$(PY) -m devstack.examples $(EXAMPLES)
 
 # The guides' screenshots (docs/operators.md, docs/auditors.md): the browser test that checks the

@@ -372,13 +372,19 @@ class EmbeddedRedis:
             stop_processes([("redis-server", proc)], timeout=10)
 
 
+def _shown(path: Path) -> str:
+    """`var/pg` rather than the whole path, for what is under the checkout."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 # --- Both ------------------------------------------------------------------------------------
 
 
 class EmbeddedServers:
     """Starts whichever of PostgreSQL and Redis the environment does not point at already."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path = VAR) -> None:
+        self.root = root  # the servers' files: root/pg and root/redis (`devstack.layout`)
         self.postgres: EmbeddedPostgres | None = None
         self.redis: EmbeddedRedis | None = None
 
@@ -389,15 +395,16 @@ class EmbeddedServers:
         interrupt the gap between a server starting and this object knowing to stop it.
         """
         guard = guard or contextlib.nullcontext
+        pgdata = self.root / "pg"
         if not env.get("DATABASE_URL"):
-            say("DATABASE_URL is not set: starting an embedded PostgreSQL in var/pg.")
+            say(f"DATABASE_URL is not set: starting an embedded PostgreSQL in {_shown(pgdata)}.")
             with guard():
-                self.postgres = EmbeddedPostgres()
+                self.postgres = EmbeddedPostgres(pgdata)
                 env["DATABASE_URL"] = self.postgres.start()
         if not env.get("REDIS_URL"):
             say("REDIS_URL is not set: starting an embedded redis-server.")
             with guard():
-                self.redis = EmbeddedRedis()
+                self.redis = EmbeddedRedis(self.root / "redis")
                 env["REDIS_URL"] = self.redis.start()
 
     def dead(self) -> str | None:

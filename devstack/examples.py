@@ -4,10 +4,13 @@ stack, each with an agent of its own; exits non-zero if any fails.
     python -m devstack.examples [NAME ...]      # every example, or the named ones
 
 The stack is `python -m devstack.stack run` (embedded PostgreSQL and Redis when DATABASE_URL
-and REDIS_URL are unset), on PORT (default 8000) with the sandbox providers on 8101 and 8102,
-which must be free. Before each example the sandboxes are emptied, so that the counts the
-example prints (the provider's charges against the ledger's effects) are its own. Every example
-reads EFFECT_LEDGER_URL, EFFECT_LEDGER_API_KEY, SANDBOX_PAYMENTS_URL and SANDBOX_MESSAGING_URL.
+and REDIS_URL are unset) with a layout of its own (`devstack.layout`): its files under
+var/examples (STACK_DIR), so its database, secrets, run.env and sandbox stores are not
+`make run`'s, and free ports unless PORT, SANDBOX_PAYMENTS_PORT or SANDBOX_MESSAGING_PORT
+name them, so it runs beside `make run`. Before each example the sandboxes are emptied, so that
+the counts the example prints (the provider's charges against the ledger's effects) are its
+own. Every example reads EFFECT_LEDGER_URL, EFFECT_LEDGER_API_KEY, SANDBOX_PAYMENTS_URL and
+SANDBOX_MESSAGING_URL.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from pathlib import Path
 
 import httpx
 
-from devstack.embedded import ROOT, say
+from devstack.embedded import ROOT, VAR, say
+from devstack.layout import StackLayout, free_layout
 from devstack.provision import manage_argv
-from devstack.stack import SANDBOX_MESSAGING_PORT, SANDBOX_PAYMENTS_PORT
 
 EXAMPLES = ROOT / "examples"
+STACK_DIR = VAR / "examples"
 START_TIMEOUT = 180.0
 EXAMPLE_TIMEOUT = 300.0
 
@@ -40,12 +44,12 @@ def examples(names: list[str]) -> list[Path]:
     return found
 
 
-def _wait_until_up(stack: subprocess.Popen[bytes], base: str) -> None:
+def _wait_until_up(stack: subprocess.Popen[bytes], layout: StackLayout) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     urls = [
-        f"{base}/api/v1/health",
-        f"http://127.0.0.1:{SANDBOX_PAYMENTS_PORT}/_sandbox/health",
-        f"http://127.0.0.1:{SANDBOX_MESSAGING_PORT}/_sandbox/health",
+        f"{_base(layout)}/api/v1/health",
+        f"{layout.sandbox_url('payments')}/_sandbox/health",
+        f"{layout.sandbox_url('messaging')}/_sandbox/health",
     ]
     while time.monotonic() < deadline:
         if stack.poll() is not None:
@@ -59,10 +63,16 @@ def _wait_until_up(stack: subprocess.Popen[bytes], base: str) -> None:
     raise SystemExit(f"the stack was not up after {START_TIMEOUT:g} s")
 
 
-def _new_key(name: str) -> str:
+def _base(layout: StackLayout) -> str:
+    return f"http://127.0.0.1:{layout.port}"
+
+
+def _new_key(name: str, layout: StackLayout) -> str:
+    """A key of a new agent in the examples' own database (its stack's run.env)."""
     done = subprocess.run(
         manage_argv("createagent", f"examples-{name}-{int(time.time())}"),
         cwd=ROOT,
+        env={**os.environ, "LEDGER_ENV_FILE": str(layout.run_env_file)},
         capture_output=True,
         text=True,
         check=True,
@@ -70,22 +80,22 @@ def _new_key(name: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def _reset_sandboxes() -> None:
-    for port in (SANDBOX_PAYMENTS_PORT, SANDBOX_MESSAGING_PORT):
-        url = f"http://127.0.0.1:{port}/_sandbox/reset"
+def _reset_sandboxes(layout: StackLayout) -> None:
+    for provider in ("payments", "messaging"):
+        url = f"{layout.sandbox_url(provider)}/_sandbox/reset"
         httpx.post(url, timeout=5, trust_env=False).raise_for_status()
 
 
-def run_example(directory: Path, base: str) -> bool:
+def run_example(directory: Path, layout: StackLayout) -> bool:
     say(f"example {directory.name}: starting")
-    _reset_sandboxes()
+    _reset_sandboxes(layout)
     env = {
         **os.environ,
-        "EFFECT_LEDGER_URL": base,
-        "EFFECT_LEDGER_API_KEY": _new_key(directory.name),
+        "EFFECT_LEDGER_URL": _base(layout),
+        "EFFECT_LEDGER_API_KEY": _new_key(directory.name, layout),
         "EFFECT_LEDGER_OWNER": f"example-{directory.name}",
-        "SANDBOX_PAYMENTS_URL": f"http://127.0.0.1:{SANDBOX_PAYMENTS_PORT}",
-        "SANDBOX_MESSAGING_URL": f"http://127.0.0.1:{SANDBOX_MESSAGING_PORT}",
+        "SANDBOX_PAYMENTS_URL": layout.sandbox_url("payments"),
+        "SANDBOX_MESSAGING_URL": layout.sandbox_url("messaging"),
         "PYTHONPATH": str(ROOT),
     }
     try:
@@ -105,17 +115,21 @@ def run_example(directory: Path, base: str) -> bool:
 
 def main(argv: list[str]) -> int:
     chosen = examples(argv)
-    port = os.environ.get("PORT", "8000")
-    base = f"http://127.0.0.1:{port}"
+    try:
+        layout = free_layout(Path(os.environ.get("STACK_DIR") or STACK_DIR), os.environ)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    say(f"examples' stack: {layout.describe_ports()}, files under {layout.directory}")
+    results: dict[str, bool] = {}
     stack = subprocess.Popen(
         [sys.executable, "-m", "devstack.stack", "run"],
         cwd=ROOT,
-        env={**os.environ, "PORT": port},
+        env={**os.environ, **layout.as_env()},
         start_new_session=True,
     )
     try:
-        _wait_until_up(stack, base)
-        results = {d.name: run_example(d, base) for d in chosen}
+        _wait_until_up(stack, layout)
+        results = {d.name: run_example(d, layout) for d in chosen}
     finally:
         if stack.poll() is None:
             os.killpg(stack.pid, signal.SIGTERM)

@@ -65,12 +65,13 @@ _EXISTING = (
 )
 
 
-def prepare(env: dict[str, str]) -> None:
-    """Bring the database up to date and make sure there is someone to sign in as."""
+def prepare(env: dict[str, str], *, tools: Path = ROOT / "tools.toml") -> None:
+    """Bring the database up to date, declare `tools`, and make sure there is someone to sign
+    in as."""
     for args in (
         ("migrate", "--noinput"),
         ("collectstatic", "--noinput"),
-        ("loadtools", str(ROOT / "tools.toml")),
+        ("loadtools", str(tools)),
     ):
         say(f"manage.py {' '.join(args)}")
         manage(env, *args, capture=False)

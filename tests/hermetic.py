@@ -19,7 +19,7 @@ import os
 import pytest
 
 # The test-only secrets (`make run` generates real ones under var/). The Makefile's TEST_ENV
-# gives `make crashtest`, `make drills` and `make bench` the same values.
+# gives `make crashtest` and `make bench` the same values (`make drills` generates its own).
 TEST_ENVIRONMENT = {
     "SECRET_KEY": "test-secret-key-0123456789abcdef",
     "LEDGER_KEYS": "1:test-ledger-key-0123456789abcdef",
@@ -43,6 +43,9 @@ NAMES = frozenset(
         "Q_WORKERS",
         "HOST",
         "PORT",
+        "STACK_DIR",
+        "SANDBOX_PAYMENTS_PORT",
+        "SANDBOX_MESSAGING_PORT",
         "PROMETHEUS_MULTIPROC_DIR",
         "SANDBOX_WEBHOOK_SECRET",
         "WEB_CONCURRENCY",

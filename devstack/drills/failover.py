@@ -30,6 +30,7 @@ from typing import Any, TextIO
 import psycopg
 
 from devstack.drills.checks import answer_counts
+from devstack.drills.environment import drill_environment
 from devstack.drills.load import HANG_LIMIT, Api, Call, Intent, pause_after, settle
 from devstack.drills.replica import ReplicaPair
 from devstack.drills.report import DrillReport
@@ -197,12 +198,7 @@ def failover_sync(workdir: Path, seconds: float, clients: int, progress: TextIO)
         pair.clone_standby()
         pair.start_standby()
         pair.wait_streaming()
-        env = {
-            **os.environ,
-            "DATABASE_URL": pair.multi_host_url("postgres"),
-            "REDIS_URL": redis.start(),
-            "PYTHONUNBUFFERED": "1",
-        }
+        env = drill_environment(pair.multi_host_url("postgres"), redis.start())
         stack = DrillStack(workdir, env)
         key = stack.prepare()
         stack.start()

