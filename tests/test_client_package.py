@@ -59,6 +59,16 @@ def test_the_wheel_names_its_dependencies_and_one_extra_per_framework(wheel):
     assert sorted(r.split(">")[0].split("<")[0] for r in plain) == ["httpx", "pydantic"]
 
 
+def test_the_langgraph_extra_brings_the_checkpointer_its_example_imports(wheel):
+    archive = zipfile.ZipFile(wheel)
+    [metadata] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+    meta = email.message_from_bytes(archive.read(metadata))
+    langgraph = [r for r in meta.get_all("Requires-Dist") if 'extra == "langgraph"' in r]
+    assert any(r.startswith("langgraph-checkpoint-sqlite") for r in langgraph), langgraph
+    example = (ROOT / "examples" / "langgraph" / "agent.py").read_text()
+    assert "from langgraph.checkpoint.sqlite import" in example
+
+
 def test_the_core_imports_with_no_framework_installed(tmp_path, wheel):
     """Unpacked alone, with every framework and OpenTelemetry made unimportable."""
     zipfile.ZipFile(wheel).extractall(tmp_path)

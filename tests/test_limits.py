@@ -257,7 +257,30 @@ def test_an_intent_without_a_readable_amount_is_422_naming_the_field(alice, requ
         return
     error = assert_error(response, 422, "validation_error")
     assert field in error["fields"]
+    assert field in error["detail"]
     assert not Effect.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("request_body", "detail"),
+    [
+        ({"amount": "10.00"}, "needs the request's currency (request.currency is missing)"),
+        ({"currency": "EUR"}, "needs the request's amount (request.amount is missing)"),
+        ({}, "needs the request's amount and currency (request.amount and request.currency are"),
+        ({"amount": "1.001", "currency": "EUR"}, "cannot use the request's amount"),
+        ({"amount": "1", "currency": "EURO"}, "cannot use the request's currency"),
+    ],
+)
+def test_the_refusal_names_exactly_the_fields_missing_or_wrong(alice, request_body, detail):
+    limit_tool(limit_amount_per_day={"EUR": "100.00"})
+    body = {"run_id": "r", "step_id": "s", "tool": "charge_card", "target": "t"}
+    response = alice.post("/effects", {**body, "request": request_body})
+    error = assert_error(response, 422, "validation_error")
+    assert detail in error["detail"], error
+    named = {what for what in ("amount", "currency") if f"request's {what}" in detail}
+    named |= {"currency"} if "amount and currency" in detail else set()
+    assert {f"request.{what}" for what in named} == set(error["fields"])
+    assert all(field in error["detail"] for field in error["fields"])
 
 
 def test_minor_units_follow_the_currency_exponent():

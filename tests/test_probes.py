@@ -165,6 +165,38 @@ def test_a_card_number_in_an_identifier_is_refused(alice, field):
     assert not Effect.objects.exists()
 
 
+# Luhn-valid digit runs outside the card issuers' ranges: an epoch-millisecond timestamp, one in
+# microseconds, a 19-digit snowflake id, a run starting with 0.
+NOT_ISSUED = ["1733400000126", "1733400000123459", "1800000000000000002", "0000000000000000"]
+# Numbers in issuers' ranges: Amex, Mastercard 2-series, a 15-digit UATP card (starting with 1),
+# a RuPay-like 81 prefix, a Troy-like 9792 prefix.
+ISSUED = ["378282246310005", "2223003122003222", "122000000000003", "8100000000000002"]
+ISSUED += ["9792000000000003"]
+
+
+@pytest.mark.parametrize("number", NOT_ISSUED)
+@pytest.mark.parametrize("field", ["run_id", "step_id", "effect_key"])
+def test_a_timestamp_in_an_identifier_is_not_a_card_number(alice, field, number):
+    """About one epoch-millisecond timestamp in ten is Luhn-valid; as the digits of an identifier
+    they are accepted and stored as given. Outside identifiers they are still tokenized."""
+    assert scrub_cards(number) != number
+    body = {"run_id": "r", "step_id": "s", "tool": "get_balance", "target": "a", "request": {}}
+    body[field] = f"run-{number}"
+    response = alice.post("/effects", body)
+    assert response.status_code == 201, response.content
+    assert Effect.objects.get().effect_key.startswith(body["run_id"])
+    assert number in Effect.objects.get().effect_key
+
+
+@pytest.mark.parametrize("number", ISSUED)
+def test_a_number_in_a_card_issuers_range_is_refused_in_an_identifier(alice, number):
+    body = {"run_id": f"run-{number}", "step_id": "s", "tool": "get_balance", "target": "a"}
+    response = alice.post("/effects", {**body, "request": {}})
+    assert response.status_code == 422
+    assert response.json()["fields"] == {"run_id": "Value error, must not contain a card number"}
+    assert not Effect.objects.exists()
+
+
 @pytest.mark.parametrize("separator", [".", "\u00a0", "  ", "_", "/", "\t", " ", "-"])
 def test_card_numbers_grouped_by_any_usual_separator_are_recognised(alice, separator):
     grouped = separator.join([VISA[:4], VISA[4:8], VISA[8:12], VISA[12:]])

@@ -16,6 +16,13 @@ def _restore(cls: type[LedgerClientError], args: tuple[Any, ...], state: dict[st
     return error
 
 
+def _problems(refusal: Refusal) -> str:
+    """The per-field problems of a refusal, as the end of its message ("" when there are none)."""
+    if not refusal.fields:
+        return ""
+    return " " + "; ".join(f"{name}: {problem}" for name, problem in refusal.fields.items())
+
+
 class LedgerClientError(Exception):
     """Base of every exception this client raises.
 
@@ -27,18 +34,30 @@ class LedgerClientError(Exception):
         return _restore, (type(self), self.args, dict(self.__dict__))
 
 
+class LedgerNotConfigured(LedgerClientError, RuntimeError):
+    """No ledger to ask: none was given to the guard, `ledger_client.configure(url, api_key)`
+    was not called, and EFFECT_LEDGER_URL and EFFECT_LEDGER_API_KEY are not both set. A
+    `RuntimeError` too, as it was before it had a type of its own."""
+
+
 class LedgerUnavailable(LedgerClientError):
     """The ledger did not answer (transport errors or 503) after every retry it was safe to
     make. Nothing the caller guards was run."""
 
 
 class LedgerRequestError(LedgerClientError):
-    """The ledger refused a request with an error this client has no dedicated type for."""
+    """The ledger refused a request with an error this client has no dedicated type for.
+    `fields` maps each field the ledger found wrong (a 422's `fields`, dotted for nested ones:
+    `request.currency`) to what is wrong with it; the message lists them too."""
 
     def __init__(self, status: int, refusal: Refusal) -> None:
-        super().__init__(f"{status} {refusal.error}: {refusal.detail}")
+        super().__init__(f"{status} {refusal.error}: {refusal.detail}{_problems(refusal)}")
         self.status = status
         self.refusal = refusal
+
+    @property
+    def fields(self) -> dict[str, str]:
+        return dict(self.refusal.fields or {})
 
     @property
     def code(self) -> str:

@@ -5,12 +5,16 @@ CVV/CVC codes, fields named like secrets, and per-tool dotted paths are replaced
 tokens (`ledger.effects.digests.redaction_token`): equal values map to equal tokens, and the raw
 value
 never reaches the database or a log.
+
+Identifiers (run and step ids, effect keys, tool names) are not tokenized but refused when they
+hold a card number, and for them only numbers in the ranges cards are issued in count
+(`holds_issued_card`): a Luhn-valid epoch-millisecond timestamp in a run id is not a card.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -49,7 +53,37 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
-def _card_spans(run: str) -> Iterable[tuple[int, int]]:
+def issued_card(digits: str) -> bool:
+    """Can these digits be a payment card's number (PAN)? 13 to 19 digits, Luhn-valid, in a
+    range cards are issued in: ISO/IEC 7812 major industry identifiers 2 to 9 (2-6 hold the
+    international brands; 7 fleet cards; 8 and 9 national schemes such as RuPay, UzCard, Troy
+    and Humo), and 1 only for 15-digit UATP cards. A number starting with 0, or with 1 at any
+    other length, is not a card: epoch timestamps in milliseconds (13 digits), microseconds (16)
+    and nanoseconds (19) and most snowflake ids start with 1."""
+    if not 13 <= len(digits) <= 19 or not luhn_valid(digits):
+        return False
+    first = int(digits[0])
+    return first >= 2 or (first == 1 and len(digits) == 15)
+
+
+def holds_issued_card(text: str) -> bool:
+    """Does `text` hold a number in a card issuer's range (`issued_card`), however grouped? The
+    test for identifiers, which are refused rather than tokenized; `scrub_cards` is broader and
+    tokenizes any Luhn-valid run, so that nothing that might be a card is stored."""
+    if not _MAYBE_CARD.search(text):
+        return False
+    for match in _DIGIT_RUN.finditer(text):
+        run = match.group()
+        if sum(ch.isdigit() for ch in run) >= 13 and any(_card_spans(run, issued_card)):
+            return True
+    return False
+
+
+def _luhn_run(digits: str) -> bool:
+    return 13 <= len(digits) <= 19 and luhn_valid(digits)
+
+
+def _card_spans(run: str, is_card: Callable[[str], bool] = _luhn_run) -> Iterable[tuple[int, int]]:
     """Spans within one digit run that hold a card number: the whole run, or consecutive groups."""
     groups = [(m.start(), m.end()) for m in re.finditer(r"\d+", run)]
     found: list[tuple[int, int]] = []
@@ -61,7 +95,7 @@ def _card_spans(run: str) -> Iterable[tuple[int, int]]:
             digits += run[groups[end][0] : groups[end][1]]
             if len(digits) > 19:
                 break
-            if len(digits) >= 13 and luhn_valid(digits):
+            if len(digits) >= 13 and is_card(digits):
                 hit = end
         if hit is None:
             start += 1

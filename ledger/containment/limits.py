@@ -136,22 +136,42 @@ def value_at(request: Any, path: str) -> Any:
 
 def amount_of(policy: Any, request: Any) -> Money | None:
     """The request's amount, read at the tool's paths; None for a tool that declares none. A
-    missing or unreadable amount or currency is 422 naming the field (`request.<path>`)."""
+    missing or unreadable amount or currency is 422 naming the field (`request.<path>`), and its
+    detail says which of the two it is."""
     if not policy.amount_path or not policy.currency_path:
         return None
+    paths = {"amount": policy.amount_path, "currency": policy.currency_path}
+    missing = [what for what, path in paths.items() if value_at(request, path) is None]
+    if missing:
+        fields = [f"request.{paths[what]}" for what in missing]
+        raise ValidationFailed(
+            f"Tool {policy.name!r} needs the request's {' and '.join(missing)} "
+            f"({' and '.join(fields)} {'is' if len(missing) == 1 else 'are'} missing).",
+            {field: f"the {what} is required" for field, what in zip(fields, missing, strict=True)},
+        )
+    problems = _money_problems(policy, request)
+    if problems:
+        wrong = [what for what, path in paths.items() if f"request.{path}" in problems]
+        raise ValidationFailed(
+            f"Tool {policy.name!r} cannot use the request's {' and '.join(wrong)} "
+            f"({' and '.join(problems)}).",
+            problems,
+        )
+    currency = currency_code(value_at(request, policy.currency_path))
+    return Money(currency, to_minor(value_at(request, policy.amount_path), currency))
+
+
+def _money_problems(policy: Any, request: Any) -> dict[str, str]:
+    """What is wrong with a request's amount and currency, both present, by field."""
     problems = {}
     currency = ""
     try:
         currency = currency_code(value_at(request, policy.currency_path))
     except ValueError as exc:
         problems[f"request.{policy.currency_path}"] = f"the currency {exc}"
-    minor = 0
     if currency:
-        raw = value_at(request, policy.amount_path)
         try:
-            if raw is None:
-                raise ValueError("is required")
-            minor = to_minor(raw, currency)
+            to_minor(value_at(request, policy.amount_path), currency)
         except ValueError as exc:
             problems[f"request.{policy.amount_path}"] = f"the amount {exc}"
     if (
@@ -164,9 +184,7 @@ def amount_of(policy: Any, request: Any) -> Money | None:
         problems[f"request.{policy.currency_path}"] = (
             f"tool {policy.name!r} limits amounts in {allowed} only"
         )
-    if problems:
-        raise ValidationFailed(f"Tool {policy.name!r} needs the request's amount.", problems)
-    return Money(currency, minor)
+    return problems
 
 
 def refusal_from_trigger(exc: DatabaseError) -> LimitExceeded | None:

@@ -38,6 +38,7 @@ from ledger_client.adapters.mcp import (
     guarded_proxy,
     load_tool_policies,
 )
+from ledger_client.adapters.mcp_schema import with_defaults
 
 from tests.adapters.conftest import AGENTS, Stage
 from tests.helpers import ROOT
@@ -298,7 +299,7 @@ def test_the_tool_list_is_the_upstreams_and_its_hints_decide_nothing(stage, upst
 
     listed, balance, unnamed, sent, again = through_proxy(stage, upstream, session)
     hints = {t["name"]: t["annotations"] for t in listed}
-    assert [*hints] == ["charge_card", "send_email", "get_balance"]
+    assert [*hints] == ["charge_card", "charge_in_euros", "send_email", "get_balance"]
     # The upstream says get_balance destroys and send_email only reads; tools.toml decides.
     assert hints["get_balance"]["destructiveHint"] and hints["send_email"]["readOnlyHint"]
     assert not balance.is_error and "available" in balance.structured_content
@@ -390,6 +391,57 @@ def test_a_business_key_needs_only_the_run_id(stage, upstream):
     [charge] = stage.charges()
     assert charge["metadata"] == {"order_id": "ord-7"}
     assert len(upstream.calls("charge_card")) == 1
+
+
+def test_the_upstream_schemas_defaults_are_recorded_and_relayed(stage, upstream):
+    """A call that leaves `currency` to the upstream tool's default ("EUR") is recorded with it,
+    so the ledger's amount checks (four-eyes here) read it, and the upstream gets the same."""
+    stage.hold_above("100.00")
+    # The key argument (whose schema default is null) is the proxy's: no default for it.
+    route = ToolRoute(ledger_tool="charge_card", key_argument="idempotency_key", target="{account}")
+    routes = {**ROUTES, "charge_in_euros": route}
+    small, big = {"amount": "25.00", "account": "acct_1"}, {"amount": "150.00", "account": "a_2"}
+
+    async def session(client: Client[Any]) -> list[Any]:
+        return [
+            await _call(client, "charge_in_euros", small, identity("run-eur", "small")),
+            await _call(client, "charge_in_euros", big, identity("run-eur", "big")),
+        ]
+
+    paid, held = through_proxy(stage, upstream, session, routes=routes)
+    assert not paid.is_error, text(paid)
+    assert held.is_error and held.meta[META_STATUS] == "awaiting_approval", text(held)
+    effects = {e.step_id: e for e in stage.effects("charge_card")}
+    assert effects["small"].request == {**small, "currency": "EUR", "note": None}
+    assert effects["big"].request == {**big, "currency": "EUR", "note": None}
+    assert effects["small"].status == "confirmed"
+    [charge] = stage.charges()
+    assert (charge["amount"], charge["currency"]) == ("25.00", "EUR")
+    [relayed] = upstream.calls("charge_in_euros")
+    assert relayed["arguments"] == {**small, "currency": "EUR", "note": None}
+    assert relayed["key"] == effects["small"].idempotency_key
+
+
+def test_defaults_fill_nested_objects_and_follow_local_references():
+    schema = {
+        "type": "object",
+        "properties": {
+            "currency": {"type": "string", "default": "EUR"},
+            "note": {"$ref": "#/$defs/Note", "default": {"text": "paid"}},
+            "idempotency_key": {"type": "string", "default": "none"},
+        },
+        "$defs": {"Note": {"properties": {"lang": {"default": "en"}, "text": {}}}},
+    }
+    skip = ("idempotency_key",)
+    assert with_defaults(schema, {"amount": "1"}, skip) == {
+        "amount": "1",
+        "currency": "EUR",
+        "note": {"text": "paid", "lang": "en"},
+    }
+    assert with_defaults(schema, {"currency": "USD", "note": {"text": "x"}}, skip) == {
+        "currency": "USD",
+        "note": {"text": "x", "lang": "en"},
+    }
 
 
 def test_the_example_pays_and_messages_once(stage):

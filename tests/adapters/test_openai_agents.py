@@ -30,7 +30,12 @@ import pytest
 from agents import Agent, Runner, ToolApprovalItem, UserError, function_tool
 from django.db import connection
 from ledger_client import LedgerUnavailable, guarded
-from ledger_client.adapters.openai_agents import ledger_run, ledger_run_config, ledger_tool
+from ledger_client.adapters.openai_agents import (
+    approval_of,
+    ledger_run,
+    ledger_run_config,
+    ledger_tool,
+)
 
 from tests.adapters.agents.openai_agents_shop import (
     NO_TRACING,
@@ -138,6 +143,14 @@ def interrupted(stage, amount: str = "250.00", operator_wait: float = 30.0) -> t
     assert isinstance(item, ToolApprovalItem) and item.name == "charge_card"
     (effect,) = stage.effects()
     assert effect.status == "awaiting_approval" and stage.charges() == []
+    # The interruption names the effect the operator decides, for the application to show.
+    approval = approval_of(item, "order-1")
+    assert approval is not None and approval.effect_id == str(effect.id)
+    assert (approval.tool, approval.target, approval.request["amount"]) == (
+        "charge_card",
+        "acct_1",
+        amount,
+    )
     return agent, result
 
 
@@ -222,6 +235,50 @@ def test_the_tools_own_needs_approval_asks_the_end_user_before_the_ledger(on_sta
     assert "awaits an operator's approval" in outputs(resumed)["call_pay_1"]
     assert [e.status for e in on_stage.effects()] == ["awaiting_approval"]
     assert on_stage.charges() == []
+
+
+def euro_tool() -> Any:
+    @ledger_tool(operator_wait=1.0)
+    @guarded(tool="charge_card", target="{account}")
+    def charge_eur(amount: str, account: str, currency: str = "EUR") -> dict[str, Any]:
+        """Charge the customer's card, in euros unless told otherwise."""
+        return post_charge({"amount": amount, "currency": currency, "account": account})
+
+    return charge_eur
+
+
+def pay_eur(amount: str, call_id: str) -> Call:
+    return Call("charge_eur", {"amount": amount, "account": "acct_1"}, call_id)
+
+
+def test_an_argument_left_to_its_default_is_asked_of_the_ledger(on_stage):
+    """The SDK would ask the end user about any call whose arguments validation changes (a
+    default filled in) without asking the policy; the adapter asks the ledger with the request
+    the guard records, defaults applied, so 25 EUR runs and only 250 EUR is held."""
+    on_stage.hold_above("100.00")
+    model = ScriptedModel([pay_eur("25.00", "call_small")], [pay_eur("250.00", "call_big")])
+    result = run_sync(Agent(name="shop", model=model, tools=[euro_tool()]), "Pay twice.")
+    (charge,) = on_stage.charges()
+    assert (charge["amount"], charge["currency"]) == ("25.00", "EUR")
+    assert charge["id"] in said(outputs(result)["call_small"])
+    (item,) = result.interruptions
+    small, big = on_stage.effects()
+    assert small.request == {"amount": "25.00", "account": "acct_1", "currency": "EUR"}
+    assert (small.status, big.status) == ("confirmed", "awaiting_approval")
+    assert big.request["currency"] == "EUR"
+    approval = approval_of(item)  # the call id alone, outside the run's block
+    assert approval is not None and approval.effect_id == str(big.id)
+
+
+def test_a_ledger_down_is_no_approval_request_with_a_defaulted_argument(on_stage):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ledger_client.configure(f"http://127.0.0.1:{port}", on_stage.key, retries=1)
+    agent = Agent(name="shop", model=ScriptedModel([pay_eur("25.00", "c1")]), tools=[euro_tool()])
+    with fails_with(LedgerUnavailable, "The ledger did not answer"):
+        run_sync(agent, "Pay.")
+    assert on_stage.effects() == [] and on_stage.charges() == []
 
 
 def test_below_the_threshold_no_interruption(on_stage):
@@ -318,11 +375,9 @@ def test_no_run_identity_is_a_type_error_and_writes_nothing(on_stage):
 def test_arguments_without_a_canonical_form_are_refused_before_the_ledger(on_stage):
     call = Call("tag_charge", {"amount": "25.00", "tags": ["vip"]}, "call_tag_1")
     agent = shop_agent(ScriptedModel([call]), make_tools())
-    result = run_sync(agent, "Pay.")
-    # A set's validation changes the arguments: the SDK asks the end user before anything.
-    assert [item.name for item in result.interruptions] == ["tag_charge"]
+    # A set's validation changes the arguments; no end user is asked about a call that fails.
     with fails_with(TypeError, "argument 'tags'"):
-        resume(agent, result, "approve")
+        run_sync(agent, "Pay.")
     assert on_stage.effects() == [] and on_stage.charges() == []
 
 

@@ -18,6 +18,9 @@ list unchanged; the guard is its middleware (`LedgerGuard`), so it fits any `Fas
 - The effect's idempotency key goes upstream in the relayed request's `_meta` under
   `effectledger/idempotency_key` (`META_IDEMPOTENCY_KEY`) and, when the tool's `ToolRoute`
   names one, as an argument.
+- The upstream tool's input schema fills in what a call leaves out: its `default`s are applied
+  to the arguments before they are recorded, and the same arguments go upstream
+  (`ledger_client.adapters.mcp_schema`).
 - A repeat of a confirmed call (a client retrying after a dropped response) never reaches the
   upstream: it is answered with the recorded result.
 - A refusal is a tool result with `isError` and a text saying what happened ("awaiting
@@ -46,6 +49,7 @@ from fastmcp.server.providers.proxy import FastMCPProxy
 from fastmcp.tools.base import InputRequiredToolResult, RawStructuredToolResult, ToolResult
 from pydantic import TypeAdapter, ValidationError
 
+from ledger_client.adapters.mcp_schema import schema_problem, with_defaults
 from ledger_client.aio import AsyncLedger
 from ledger_client.canonical import canonical
 from ledger_client.config import LedgerConfig
@@ -270,19 +274,6 @@ def _request(arguments: Mapping[str, Any] | None, route: ToolRoute, tool: str) -
     return request
 
 
-def _schema_problem(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str | None:
-    """What is wrong with `arguments` under the upstream tool's input schema, or None."""
-    # jsonschema ships no type information; it is a dependency of the `mcp` package.
-    from jsonschema import exceptions, validators  # type: ignore[import-untyped]
-
-    try:
-        validator = validators.validator_for(schema)(schema)
-        error = exceptions.best_match(validator.iter_errors(dict(arguments)))
-    except exceptions.SchemaError:
-        return None  # the upstream's schema is broken: the upstream judges for itself
-    return None if error is None else str(error.message)
-
-
 @contextlib.contextmanager
 def _relayed_meta(key: str | None) -> Iterator[None]:
     """The request's `_meta` as the upstream gets it: the client's own idempotency key
@@ -479,7 +470,7 @@ class LedgerGuard(Middleware):
         route = self.routes.get(name, ToolRoute())
         identity = _identity(_request_meta(), name, self.policies.get(name))
         request = _request(context.message.arguments, route, name)
-        await self._check_upstream(context, name, request, route)
+        request = await self._check_upstream(context, name, request, route)
         spec = GuardSpec(
             route.ledger_tool or name, route.target, _provider_ref(route), ledger=self.ledger
         )
@@ -525,29 +516,36 @@ class LedgerGuard(Middleware):
         name: str,
         request: dict[str, Any],
         route: ToolRoute,
-    ) -> None:
-        """Refuse, before anything is recorded, a tool the upstream does not offer and (with
-        `validate_arguments`) arguments its input schema refuses."""
+    ) -> dict[str, Any]:
+        """The request with the defaults of the upstream tool's input schema applied (it is
+        recorded and relayed as it is); refused, before anything is recorded, for a tool the
+        upstream does not offer and (with `validate_arguments`) its schema refuses."""
         server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
         if server is None:
-            return
+            return request
         try:
             tool = await server.get_tool(name)
         except NotFoundError:
             tool = None
         if tool is None:
             raise _Refusal(f"Unknown tool: {name!r}. Nothing was run.", "bad_request")
+        skip = (route.key_argument,) if route.key_argument else ()
+        try:
+            request = with_defaults(tool.parameters, request, skip)
+        except TypeError as exc:
+            raise _refusal(exc, name) from None
         if not self.validate_arguments:
-            return
+            return request
         arguments = dict(request)
         if route.key_argument:
             arguments[route.key_argument] = "idempotency-key"
-        problem = _schema_problem(tool.parameters, arguments)
+        problem = schema_problem(tool.parameters, arguments)
         if problem is not None:
             raise _Refusal(
                 f"bad input for {name!r}: {problem} (the tool's input schema). Nothing was run.",
                 "bad_request",
             )
+        return request
 
 
 def guarded_proxy(

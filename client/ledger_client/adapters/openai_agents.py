@@ -28,12 +28,15 @@ which a saved `RunState` carries along. Neither set: `TypeError`, before anythin
 
 Approvals. The tool's `needs_approval` asks the ledger: it records the intent without claiming
 it, and when the ledger holds it for an operator (four-eyes, `approve_above`) the SDK
-interrupts the run (`result.interruptions`). The end user's `state.approve(item)` only resumes
-waiting on the ledger (`wait_for_decision`, up to `operator_wait` seconds): the call runs once
-an operator approved it in the ledger, ends `EffectClosed` when one rejected it, and answers
-"still awaiting" when neither happened in time. Only an operator approves. The end user's
-`state.reject(item)` cancels the effect, through the run config's `tool_error_formatter`
-(`ledger_run_config`), which the SDK calls for every rejected call.
+interrupts the run (`result.interruptions`; `approval_of(item)` names the effect, its tool,
+target and request). It reads the arguments as the call will (defaults applied), and a ledger
+it cannot ask is no approval: the call then meets the ledger itself and fails the run. The end
+user's `state.approve(item)` only resumes waiting on the ledger (`wait_for_decision`, up to
+`operator_wait` seconds): the call runs once an operator approved it in the ledger, ends
+`EffectClosed` when one rejected it, and answers "still awaiting" when neither happened in
+time. Only an operator approves. The end user's `state.reject(item)` cancels the effect,
+through the run config's `tool_error_formatter` (`ledger_run_config`), which the SDK calls for
+every rejected call.
 
 Refusals become the tool's output (the SDK's `failure_error_function`), telling the model not
 to retry: held for review or in flight, closed, halted, over a limit, blocked, a key conflict,
@@ -55,7 +58,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, get_origin, get_type_hints, overload
 
-from agents import FunctionTool, RunConfig, RunContextWrapper, function_tool
+from agents import FunctionTool, RunConfig, RunContextWrapper, ToolApprovalItem, function_tool
+from agents.function_schema import FuncSchema, function_schema
 from agents.run_config import ToolErrorFormatter, ToolErrorFormatterArgs
 from agents.tool import ToolErrorFunction
 from agents.tool_context import ToolContext
@@ -67,7 +71,6 @@ from ledger_client.errors import (
     Blocked,
     EffectClosed,
     EffectKeyConflict,
-    EffectRefused,
     Halted,
     LeaseLost,
     LeaseTooShort,
@@ -81,13 +84,13 @@ from ledger_client.errors import (
     UsageError,
 )
 from ledger_client.guard import GuardSpec, register_context_type, request_of
-from ledger_client.models import EffectRecord
-from ledger_client.protocol import refusal
+from ledger_client.models import Approval, EffectRecord
 from ledger_client.sync import Ledger
 
 __all__ = [
     "DEFAULT_OPERATOR_WAIT",
     "ApprovalPolicy",
+    "approval_of",
     "ledger_run",
     "ledger_run_config",
     "ledger_tool",
@@ -160,12 +163,15 @@ class _Tool:
     signature: inspect.Signature
     takes_context: bool
     operator_wait: float
+    # The tool's parameters as the SDK validates them before it calls the function.
+    parameters: FuncSchema | None = None
 
 
 # The guarded tools by their SDK name, for the rejection formatter (which gets only the name).
 _tools: dict[str, _Tool] = {}
-# Effects the ledger held when the SDK asked, by (run id, call id): what a rejection cancels.
-_held: dict[tuple[str, str], str] = {}
+# Effects the ledger held when the SDK asked, by (run id, call id): what a rejection cancels,
+# and what `approval_of` shows.
+_held: dict[tuple[str, str], Approval] = {}
 
 
 @overload
@@ -210,16 +216,44 @@ def ledger_tool(
             raise TypeError(f"ledger_tool takes a @guarded function; {fn!r} is not one")
         signature = inspect.signature(fn)
         known = _Tool(spec, signature, _takes_context(fn, signature), operator_wait)
+        wrapper = _with_identity(fn, known)
+        known = replace(known, parameters=_parameters(wrapper, function_tool_options))
         tool = function_tool(
-            _with_identity(fn, known),
+            wrapper,
             needs_approval=_approval_policy(known, needs_approval),
             failure_error_function=_failure_function(failure_error_function),
             **function_tool_options,
         )
+        tool.on_invoke_tool = _asking_invoker(tool.on_invoke_tool)
         _tools[tool.name] = known
         return tool
 
     return build(func) if func is not None else build
+
+
+def _parameters(wrapper: Callable[..., Any], options: Mapping[str, Any]) -> FuncSchema | None:
+    """The parameter model `function_tool` builds for the wrapper (None when it cannot)."""
+    try:
+        return function_schema(
+            wrapper,
+            docstring_style=options.get("docstring_style"),
+            use_docstring_info=options.get("use_docstring_info", True),
+        )
+    except Exception:  # function_tool raises its own error for the same function
+        return None
+
+
+def _asking_invoker(invoke: Callable[[ToolContext[Any], str], Awaitable[Any]]) -> Any:
+    """The tool's invoker, as a plain callable. The SDK (0.24) answers "needs approval" by
+    itself, without asking `needs_approval`, when the arguments validate to anything but the
+    model's JSON, as an argument left to its default does: the end user would be asked for a
+    call the ledger lets through. With its own invoker replaced, the SDK asks the policy, which
+    validates the arguments as the call will (`_request`) before it asks the ledger."""
+
+    async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
+        return await invoke(ctx, input)
+
+    return on_invoke_tool
 
 
 def _takes_context(fn: Callable[..., Any], signature: inspect.Signature) -> bool:
@@ -330,31 +364,61 @@ def _approval_policy(known: _Tool, own: bool | ApprovalPolicy) -> ApprovalPolicy
     async def needs_approval(
         ctx: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
     ) -> bool:
-        if await _asks_end_user(own, ctx, arguments, call_id):
+        request = _request(known, ctx, arguments)
+        if await _asks_end_user(own, ctx, arguments, call_id, request):
             return True  # the end user first; once they approve, the call waits on the ledger
-        run_id = _required_run_id(ctx, known.spec.tool)
-        inner = (ctx,) if known.takes_context else ()
-        request = request_of(known.signature, inner, arguments)
+        run_id = run_id_of(ctx)
+        if request is None or run_id is None:
+            return False  # the call itself fails the same way, and fails the run
         try:
             record = await _record_intent(known.spec, run_id, call_id, request)
-        except LedgerRequestError as exc:
-            if isinstance(refusal(f"{run_id}:{call_id}", exc), EffectRefused):
-                return False  # the call itself meets the same refusal, as its output
-            raise
+        except Exception as exc:
+            # A ledger that is down or refuses, no ledger configured, a bad target: never an
+            # approval for the end user (the SDK makes any exception here one). The call meets
+            # the same answer from the guard, which runs nothing without the ledger: a refusal
+            # becomes the model's answer, the rest fails the run.
+            log.debug("needs_approval of %s left it to the call: %r", known.spec.tool, exc)
+            return False
         if record.status != "awaiting_approval":
             return False
-        _held[(run_id, call_id)] = record.id
+        _held[(run_id, call_id)] = Approval.of(record)
         return True
 
     return needs_approval
 
 
+def _request(
+    known: _Tool, ctx: RunContextWrapper[Any], arguments: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The request the guard will record for these arguments: validated by the tool's
+    parameter model as the SDK validates them before it calls the function (defaults applied,
+    values converted), then bound to the function's signature by the guard's own `request_of`.
+    None when they do not validate or have no canonical form (the call then fails)."""
+    inner = (ctx,) if known.takes_context else ()
+    try:
+        if known.parameters is None:
+            return request_of(known.signature, inner, arguments)
+        parsed = known.parameters.params_pydantic_model(**arguments)
+        args, kwargs = known.parameters.to_call_args(parsed)
+        return request_of(known.signature, (*inner, *args), kwargs)
+    except Exception:
+        return None
+
+
 async def _asks_end_user(
-    own: bool | ApprovalPolicy, ctx: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
+    own: bool | ApprovalPolicy,
+    ctx: RunContextWrapper[Any],
+    arguments: dict[str, Any],
+    call_id: str,
+    request: dict[str, Any] | None,
 ) -> bool:
-    """Your own `needs_approval` (a bool, or a callable that may also return a plain bool)."""
+    """Your own `needs_approval` (a bool, or a callable that may also return a plain bool). A
+    callable judges the model's arguments as they are; when validation changes them (a
+    default, a conversion), the end user is asked, as the SDK itself would."""
     if not callable(own):
         return own
+    if request != arguments:
+        return True
     answer: object = own(ctx, arguments, call_id)
     if inspect.isawaitable(answer):
         answer = await answer
@@ -380,9 +444,9 @@ async def _cancel(spec: GuardSpec, effect_id: str, reason: str) -> EffectRecord:
 async def _held_effect(known: _Tool, run_id: str, call_id: str) -> str | None:
     """The held effect of a call, when the SDK asked in another process: by the ledger's
     listing of the run's effects of that step."""
-    effect_id = _held.pop((run_id, call_id), None)
-    if effect_id is not None:
-        return effect_id
+    held = _held.pop((run_id, call_id), None)
+    if held is not None:
+        return held.effect_id
     spec, cursor = known.spec, None
     ledger = spec.ledger if isinstance(spec.ledger, Ledger) else None
     while True:
@@ -400,6 +464,23 @@ async def _held_effect(known: _Tool, run_id: str, call_id: str) -> str | None:
         if page.next_cursor is None:
             return None
         cursor = page.next_cursor
+
+
+def approval_of(item: ToolApprovalItem, run_id: str | None = None) -> Approval | None:
+    """What an interruption of a guarded call waits for, to show the end user: the effect the
+    ledger holds for an operator (`effect_id`, `tool`, `target`, `request`, `run_id`, `step_id`).
+    `run_id` defaults to `ledger_run(...)`'s; without either, the call id alone finds it when
+    no other run has the same. None for an interruption your own `needs_approval` asked for,
+    once the call ran, and in another process than the one that ran the agent (there, look it
+    up with `list_effects(run_id=..., step_id=item.call_id)`)."""
+    call_id = item.call_id
+    if call_id is None:
+        return None
+    run = run_id or _run.get()
+    if run is not None:
+        return _held.get((run, call_id))
+    found = [held for (_, call), held in list(_held.items()) if call == call_id]
+    return found[0] if len(found) == 1 else None
 
 
 # --- state.reject: the effect is cancelled ---------------------------------------------------

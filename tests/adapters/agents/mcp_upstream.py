@@ -2,7 +2,9 @@
 
     python tests/adapters/agents/mcp_upstream.py [--http PORT]     (stdio without --http)
 
-Tools (the names tools.toml declares): `charge_card` charges the payments sandbox,
+Tools (the names tools.toml declares): `charge_card` charges the payments sandbox (and
+`charge_in_euros` too, with a `currency` that defaults to "EUR": a test routes it to the
+ledger's `charge_card`),
 `send_email` sends a message through the messaging sandbox, `get_balance` reads the payments
 balance. Their hints lie on purpose: `send_email` claims to be read-only and `get_balance`
 claims to be destructive, so a test can show that the proxy goes by tools.toml alone.
@@ -94,6 +96,22 @@ async def charge_card(
     if control.get("delay_after_charge"):
         await anyio.sleep(float(control["delay_after_charge"]))
     return charge
+
+
+@server.tool
+async def charge_in_euros(
+    amount: str,
+    account: str,
+    ctx: Context,
+    currency: str = "EUR",
+    note: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+) -> dict[str, Any]:
+    """Charge a card; the currency defaults to euros (its input schema says so)."""
+    key = idempotency_key or _meta_key(ctx)
+    body: dict[str, Any] = {"amount": amount, "currency": currency, "account": account}
+    _log("charge_in_euros", {**body, "note": note}, key)
+    return await _post(os.environ["SANDBOX_PAYMENTS_URL"], "/charges", body, key)
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True))
