@@ -101,6 +101,11 @@ SCHEDULES = {
         "func": "reconcilers.gapsweep.run",
         "minutes": 1,
     },
+    # A request sent twice in one run under two keys (ledger.containment.repeated).
+    "repeated-requests": {
+        "func": "ledger.containment.repeated.flag_recent",
+        "minutes": 1,
+    },
     "seal-events": {
         "func": "ledger.audit.seal.seal_all",
         "minutes": 1,
@@ -148,6 +153,7 @@ def ensure_schedules() -> None:
         "reconcilers.",
         "reviews.",
         "ledger.audit.",
+        "ledger.containment.",
         "ledger.restore.",
         "ledger.observability.",
         "ledger.seal.",

@@ -197,6 +197,15 @@ CLOSES = [
         {"evidence": "revised"},
         "confirmed",
     ),
+    # The same request sent twice in one run (ledger.containment.repeated), meant both times.
+    (
+        Reason.REPEATED_REQUEST,
+        "confirmed",
+        {"provider_ref": "ch_2"},
+        "not_duplicate",
+        {"evidence": "two invoices of the same amount"},
+        "confirmed",
+    ),
 ]
 
 
@@ -384,7 +393,7 @@ def test_the_page_refuses_a_kind_that_does_not_apply_with_409(make_effect, olga)
         {"version": effect.version, "reason": "x", "evidence": "y", "confirm": "on"},
     )
     assert response.status_code == 409
-    assert "closes a duplicate review item" in response.content.decode()
+    assert "closes a duplicate or repeated_request review item" in response.content.decode()
     assert item_of(effect).resolved_at is None
 
 

@@ -74,7 +74,7 @@ def test_a_lost_read_only_effect_goes_back_to_planned_for_a_free_retry(alice):
     assert after.status == "planned"
     assert after.next_check_at is None
     assert reviews_of(effect) == []
-    assert alice.claim(effect["id"])["attempt"] == 2
+    assert alice.claim(effect["id"])["attempt"] == 1  # the lost lease gave its attempt back
 
 
 def test_a_lost_key_honouring_effect_without_lookup_goes_back_to_planned_within_the_key_ttl(
@@ -343,7 +343,8 @@ def test_not_found_after_settle_after_returns_a_key_honouring_effect_to_planned(
     assert reviews_of(effect) == []
     assert [c.reason for c in checks_of(effect)] == ["not_found"]
     retry = alice.claim(effect["id"])
-    assert (retry["attempt"], retry["idempotency_key"]) == (2, effect["idempotency_key"])
+    # The lost lease gave its attempt back; the key is the same.
+    assert (retry["attempt"], retry["idempotency_key"]) == (1, effect["idempotency_key"])
 
 
 def test_not_found_after_settle_after_on_the_last_attempt_fails_the_effect_as_never_sent(

@@ -337,7 +337,10 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     ensure_schedules()
 
     ours = Schedule.objects.filter(
-        func__regex=r"^(reconcilers|reviews|ledger\.(audit|restore|observability|seal|retention))\."
+        func__regex=(
+            r"^(reconcilers|reviews|"
+            r"ledger\.(audit|containment|restore|observability|seal|retention))\."
+        )
     )
     assert {s.name: (s.func, s.schedule_type, s.minutes, s.repeats) for s in ours} == {
         name: (spec["func"], Schedule.MINUTES, spec["minutes"], -1)
@@ -345,6 +348,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
     }
     assert set(SCHEDULES) == {
         "reconciliation-sweep",
+        "repeated-requests",
         "tail-checks",
         "retention",
         "fetch-statements",

@@ -31,7 +31,7 @@ from pydantic import Field
 from ledger import jsonenc
 from ledger.api import webhooks
 from ledger.api.cursors import decode_cursor, encode_cursor, recovery_cursor, recovery_position
-from ledger.api.inputs import check_json
+from ledger.api.inputs import check_json, intent_of
 from ledger.api.longpoll import RETRY_AFTER_SECONDS, wait_for_change
 from ledger.api.middleware import unavailable
 from ledger.api.schemas import (
@@ -57,7 +57,6 @@ from ledger.audit.redaction import scrub_cards
 from ledger.containment.halts import active_halt_for
 from ledger.containment.halts import shown as shown_halt
 from ledger.containment.limits import LimitExceeded
-from ledger.effects.businesskeys import derived_key
 from ledger.effects.compensation import compensate
 from ledger.effects.hotpath import read_effect, record_new_intent, record_simple_outcome
 from ledger.effects.intents import Intent, check_agent_key, first_status, record_intent
@@ -261,17 +260,7 @@ def _show(request: HttpRequest, effect: Effect, *, claimer: bool = False) -> dic
 def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
     agent = _agent(request)
     policy = policy_for(payload.tool)
-    intent = Intent(
-        run_id=payload.run_id,
-        step_id=payload.step_id,
-        tool=payload.tool,
-        target=payload.target,
-        request=payload.request,
-        effect_key=derived_key(policy, payload.request, payload.effect_key) or payload.effect_key,
-        depends_on=payload.depends_on,
-        provenance=payload.provenance.model_dump(exclude_none=True) if payload.provenance else {},
-        callback_url=payload.callback_url or "",
-    )
+    intent = intent_of(payload, policy)
     check_agent_key(intent)
     logcontext.bind(run_id=intent.run_id)
     simple = not intent.depends_on and not intent.callback_url

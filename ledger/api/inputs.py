@@ -1,4 +1,5 @@
-"""Checks on parsed JSON that no schema can express: what PostgreSQL cannot store, and sizes."""
+"""Checks on parsed JSON that no schema can express (what PostgreSQL cannot store, and sizes),
+and an agent's intent as the ledger records it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ from decimal import Decimal
 from typing import Any
 
 from ledger.audit.redaction import SHOWN, scrub_cards
+from ledger.effects.businesskeys import effect_key_for
+from ledger.effects.intents import Intent
 from ledger.errors import ValidationFailed
 from ledger.jsonenc import OversizedNumber
+from ledger.policy.tools import Policy
 
 MAX_DEPTH = 32
 # Exponents beyond this are refused: canonicalising 1e999999 would build a million-digit string.
@@ -75,3 +79,25 @@ def check_json(value: Any, path: str = "", depth: int = 0) -> None:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             check_json(item, f"{path}.{index}" if path else str(index), depth + 1)
+
+def intent_of(payload: Any, policy: Policy) -> Intent:
+    """The intent a `POST /effects` body (`schemas.IntentIn`) records: its effect key is the
+    tool's business key, one that includes the request when asked for, or the caller's."""
+    return Intent(
+        run_id=payload.run_id,
+        step_id=payload.step_id,
+        tool=payload.tool,
+        target=payload.target,
+        request=payload.request,
+        effect_key=effect_key_for(
+            policy,
+            payload.run_id,
+            payload.step_id,
+            payload.request,
+            payload.effect_key,
+            payload.key_includes_request,
+        ),
+        depends_on=payload.depends_on,
+        provenance=payload.provenance.model_dump(exclude_none=True) if payload.provenance else {},
+        callback_url=payload.callback_url or "",
+    )

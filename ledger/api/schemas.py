@@ -87,6 +87,9 @@ class IntentIn(Input):
     effect_key: (
         Annotated[str, Field(min_length=1, max_length=400), AfterValidator(_no_card)] | None
     ) = None
+    # The effect key becomes run_id:step_id:<keyed digest of tool and request>
+    # (ledger.effects.businesskeys); a tool's business key still wins.
+    key_includes_request: StrictBool = False
     depends_on: Annotated[list[uuid.UUID], Field(max_length=100)] = []
     provenance: ProvenanceIn | None = None
     claim: StrictBool = False

@@ -55,6 +55,16 @@ def business_key(tool: str, values: list[Any]) -> str:
     return f"key:{tool}:" + base64.b32encode(raw).decode().lower().rstrip("=")
 
 
+def request_key(tool: str, request: Any) -> str:
+    """The request's part of a key that includes it (`key_includes_request`): the tool and the
+    canonical request under the first key of the ring, so that it never changes; keyed, never a
+    plain hash, and short (50 bits: it tells apart the calls of one step of one run)."""
+    key = _ring()[min(_ring())]
+    canonical = jsonenc.dumps({"tool": tool, "request": request}, canonical=True)
+    raw = _mac(key, "request-key", canonical)[:10]
+    return "r" + base64.b32encode(raw).decode().lower().rstrip("=")
+
+
 def request_hash(tool: str, target: str, request: Any, *, version: int | None = None) -> str:
     """HMAC of the canonical raw request (before redaction), tagged with the key version."""
     version = current_version() if version is None else version

@@ -25,6 +25,8 @@ class AlertKind(models.TextChoices):
     CALLBACK = "callback", "Effect status changed (agent callback)"
     # The ledger entered restore mode (`ledger.restore`): its database went back in time.
     RESTORE = "restore", "Restore mode entered"
+    # Two effects of one run and tool sent with the same request (`ledger.containment.repeated`).
+    REPEATED_REQUEST = "repeated_request", "Same request sent twice in one run"
 
 
 class Alert(models.Model):

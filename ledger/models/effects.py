@@ -72,6 +72,9 @@ class Effect(models.Model):
     lease_seconds = models.PositiveIntegerField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     next_check_at = models.DateTimeField(null=True, blank=True)
+    # Leases that ran out before their owner reported (`ledger/sql/lost_leases.sql`): the first
+    # five give their attempt back, a crash not being a try.
+    lost_leases = models.IntegerField(db_default=0)
     # Inconclusive reconciliation attempts so far: drives the backoff, then review.
     checks = models.PositiveIntegerField(default=0)
     # When the effect last left `dispatching`: a provider's "not found" proves non-receipt only
@@ -266,6 +269,9 @@ class EventKind(models.TextChoices):
     # A machine settled the effect and closed its open review item
     # (`ledger.containment.reviewqueue`).
     REVIEW_CLOSED = "review_closed"
+    # The effect repeats an earlier one's request in its run under another key
+    # (`ledger.containment.repeated`): a possible duplicate, raised once.
+    REPEATED = "repeated"
 
 
 class EffectEvent(models.Model):

@@ -33,6 +33,9 @@ class Reason(models.TextChoices):
     STATEMENT_LINE_REMOVED = "statement_line_removed", "Line removed by a statement revision"
     # Restore mode (`ledger.restore`): the effect may have moved in the window the database lost.
     RESTORED_GAP = "restored_gap", "May have moved in a lost window (restore)"
+    # Two effects of one run and tool with the same request, each sent under its own key
+    # (`ledger.containment.repeated`): the provider may have done it twice.
+    REPEATED_REQUEST = "repeated_request", "Same request sent twice in one run"
 
 
 class Severity(models.IntegerChoices):
@@ -51,6 +54,7 @@ SEVERITY = {
     Reason.AMOUNT_MISMATCH: Severity.HIGH,
     Reason.COMPENSATION_FAILED: Severity.HIGH,
     Reason.RESTORED_GAP: Severity.HIGH,
+    Reason.REPEATED_REQUEST: Severity.HIGH,
 }
 # What a machine closes when it settles the effect itself (a lookup, a webhook, a statement):
 # items that asked a person what happened. Not those that ask for a judgement the settling

@@ -10,6 +10,7 @@ what it can, and the operator adds what they checked.
 | ------------------------------------------------ | --------------------------------------- |
 | duplicate item, one provider reference in all    | not_duplicate                           |
 | duplicate item, two or more references           | compensate (refund the other reference) |
+| repeated request, the later effect confirmed     | compensate (refund it whole)            |
 | mismatch item, the provider's record failed      | fail                                    |
 | mismatch item, otherwise                         | accept_record                           |
 | attempts exhausted, unknown, resend is safe      | extra_attempt                           |
@@ -104,6 +105,8 @@ def _from_evidence(
     reason = item.reason
     if reason == Reason.DUPLICATE:
         return _duplicate(effect, evidence)
+    if reason == Reason.REPEATED_REQUEST:
+        return _repeated(effect)
     if reason in MISMATCH_REASONS:
         return _mismatch(evidence)
     if reason == Reason.ATTEMPTS_EXHAUSTED:
@@ -180,6 +183,19 @@ def _retry(effect: Effect, evidence: Evidence, now: datetime) -> Suggestion | No
         Action.RETRY,
         KINDS[Action.RETRY].label,
         {"reason": f"A retry under the same key cannot do it twice{absent}."},
+    )
+
+
+def _repeated(effect: Effect) -> Suggestion | None:
+    """The same request sent twice in one run: this, the later effect, is refunded whole (its
+    own charge), once confirmed; the earlier one stands. A call made twice on purpose is closed
+    as not a duplicate instead, which the page offers beside it."""
+    if effect.status != Status.CONFIRMED:
+        return None
+    return Suggestion(
+        Action.COMPENSATE,
+        "Compensate (refund this repeated charge)",
+        {"reason": "The same request was sent twice in this run: the repeat is refunded."},
     )
 
 

@@ -97,7 +97,8 @@ NOT_DUPLICATE = DecisionKind(
     from_statuses=_ANY,
     fields=("evidence", "reason"),
     required=frozenset({"evidence"}),
-    closes=frozenset({Reason.DUPLICATE}),
+    # A repeated request (ledger.containment.repeated) made twice on purpose closes the same way.
+    closes=frozenset({Reason.DUPLICATE, Reason.REPEATED_REQUEST}),
     closes_only=True,
     preview=_not_duplicate_preview,
     carry_out=_not_duplicate,

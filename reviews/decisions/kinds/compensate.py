@@ -182,7 +182,8 @@ COMPENSATE = DecisionKind(
     question="Compensate {key}: undo it with a compensating effect?",
     from_statuses=frozenset({Status.CONFIRMED}),
     fields=("compensation_tool", "compensation_request", "force", "reason"),
-    closes=MISMATCH_REASONS | {Reason.DUPLICATE},
+    # A repeated request (ledger.containment.repeated) is undone by compensating the later effect.
+    closes=MISMATCH_REASONS | {Reason.DUPLICATE, Reason.REPEATED_REQUEST},
     preview=_preview,
     carry_out=_carry_out,
     check=_check,
