@@ -13,7 +13,7 @@ TEST_ENV := SECRET_KEY=test-secret-key-0123456789abcdef \
 # when DATABASE_URL / REDIS_URL are unset.
 STACK := $(PY) -m devstack.stack
 
-.PHONY: run test bench crashtest drills demo lint install install-test clean
+.PHONY: run test bench crashtest crashtest-frameworks drills demo lint install install-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,17 @@ bench: install-test
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
 crashtest: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
+
+# The frameworks' crash matrix at size: a LangGraph agent under its defaults, SIGKILLed around
+# each charge and resumed with LangGraph's own resume; a table per provider mode and latency.
+LG_CRASH_PAYMENTS ?= 200
+LG_CRASH_KILL_P ?= 0.15
+crashtest-frameworks: install-test
+	@mkdir -p var
+	$(TEST_ENV) LG_CRASH_PAYMENTS=$(LG_CRASH_PAYMENTS) LG_CRASH_KILL_P=$(LG_CRASH_KILL_P) \
+	  $(STACK) exec -- $(PY) -m pytest tests/adapters/test_langgraph_crashes.py -q -s \
+	  -p no:cacheprovider > var/crashtest-frameworks.log 2>&1; rc=$$?; \
+	  grep -E "^CRASH-MATRIX|passed|failed" var/crashtest-frameworks.log; exit $$rc
 
 # Fault drills under load, on a private PostgreSQL and Redis: each restarted, then the web
 # process SIGKILLed; then, on clusters of its own, the primary of a synchronous pair killed and

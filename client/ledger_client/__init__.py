@@ -18,7 +18,14 @@ The clients, sync and async, for everything else:
 
 from ledger_client.aio import AsyncEffectBlock, AsyncLedger
 from ledger_client.config import LedgerConfig, configure
-from ledger_client.context import StepIdentity, bind_step, current_effect, current_step
+from ledger_client.context import (
+    StepIdentity,
+    bind_position,
+    bind_step,
+    current_effect,
+    current_step,
+    ordinal_among,
+)
 from ledger_client.effect import AsyncEffect, Effect, EffectHandle
 from ledger_client.errors import (
     ApprovalPending,
@@ -101,11 +108,13 @@ __all__ = [
     "Refusal",
     "StepIdentity",
     "UsageError",
+    "bind_position",
     "bind_step",
     "configure",
     "current_effect",
     "current_step",
     "guarded",
+    "ordinal_among",
     "register_context_annotation",
     "register_context_type",
 ]

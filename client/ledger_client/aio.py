@@ -151,6 +151,7 @@ class AsyncLedger:
         effect_key: str | None = None,
         provenance: Mapping[str, Any] | None = None,
         callback_url: str | None = None,
+        key_includes_request: bool = False,
     ) -> EffectRecord:
         call = protocol.intent(
             run_id=run_id,
@@ -165,6 +166,7 @@ class AsyncLedger:
             effect_key=effect_key,
             provenance=provenance,
             callback_url=callback_url,
+            key_includes_request=key_includes_request,
         )
         return protocol.parse(EffectRecord, await self._send(call))
 

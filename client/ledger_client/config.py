@@ -1,5 +1,6 @@
 """Where guarded calls find the ledger: `configure(...)` once per process, or the environment
-(`EFFECT_LEDGER_URL`, `EFFECT_LEDGER_API_KEY`, `EFFECT_LEDGER_OWNER`), or a client given to
+(`EFFECT_LEDGER_URL`, `EFFECT_LEDGER_API_KEY`, `EFFECT_LEDGER_OWNER`,
+`EFFECT_LEDGER_LEASE_SECONDS`), or a client given to
 each guard. A `LedgerConfig` makes one sync client per process and one async client per event
 loop (an `httpx.AsyncClient` belongs to the loop it was first used on)."""
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger_client.aio import AsyncLedger
+from ledger_client.errors import LedgerNotConfigured
 from ledger_client.sync import Ledger
 
 
@@ -75,14 +77,31 @@ def configure(
 
 
 def default_config() -> LedgerConfig:
-    """The configured ledger, else the environment's; `RuntimeError` when neither says."""
+    """The configured ledger, else the environment's; `LedgerNotConfigured` (a
+    `LedgerClientError` and a `RuntimeError`) when neither says."""
     global _default
     if _default is None:
         url, key = os.environ.get("EFFECT_LEDGER_URL"), os.environ.get("EFFECT_LEDGER_API_KEY")
         if not url or not key:
-            raise RuntimeError(
+            raise LedgerNotConfigured(
                 "No ledger configured: call ledger_client.configure(url, api_key) or set "
                 "EFFECT_LEDGER_URL and EFFECT_LEDGER_API_KEY."
             )
-        _default = LedgerConfig(url, key, os.environ.get("EFFECT_LEDGER_OWNER", ""))
+        owner = os.environ.get("EFFECT_LEDGER_OWNER", "")
+        _default = LedgerConfig(url, key, owner, _lease_seconds())
     return _default
+
+
+def _lease_seconds() -> int:
+    """`EFFECT_LEDGER_LEASE_SECONDS`, else 30: how long a crashed worker's claim holds an effect
+    before a resumed run may settle it (the heartbeat keeps a live worker's lease running)."""
+    text = os.environ.get("EFFECT_LEDGER_LEASE_SECONDS", "").strip()
+    if not text:
+        return 30
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = 0
+    if not 1 <= seconds <= 86400:
+        raise ValueError(f"EFFECT_LEDGER_LEASE_SECONDS must be 1 to 86400 seconds, not {text!r}")
+    return seconds

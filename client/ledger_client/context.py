@@ -2,15 +2,20 @@
 own hooks, and the effect a guarded call is running.
 
 A framework's tool function has no parameter for the ledger's identity, and must keep the
-signature the framework builds the model's tool schema from. So the adapter binds the
-framework's durable call identity around the call (`bind_step`), and the guard reads it
-(`current_step`). Context variables follow the code: each asyncio task starts with a copy of
-its creator's, and a thread started by the framework inherits nothing it was not given.
+signature the framework builds the model's tool schema from. So the adapter binds the call's
+identity around the call, and the guard reads it (`current_step`). Adapters bind a position
+(`bind_position`: the run and where in it the call was made, such as the model's third turn),
+which the ledger completes with the call's request (ADR 0018): a model asked again after a
+crash re-issues its call with a new call id, but at the same position and with the same
+arguments. `bind_step` binds an identity the caller keeps durable itself (a DBOS step id).
+
+Context variables follow the code: each asyncio task starts with a copy of its creator's, and a
+thread started by the framework inherits nothing it was not given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -23,11 +28,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class StepIdentity:
     """`run_id`: the durable run (a LangGraph thread, a DBOS workflow); `call_id`: the call
-    within it (a tool call id, a step id). The effect key is `run_id:call_id`, unless the tool
-    declares a business key (`key_fields`), from which the ledger derives it instead."""
+    within it (a step id), or with `by_request` its position (`tools/turn-3`). The effect key
+    is `run_id:call_id`, with `by_request` followed by a keyed digest of the tool and the
+    request; a tool's business key (`key_fields`) wins over both."""
 
     run_id: str
     call_id: str
+    by_request: bool = False
 
 
 _step: ContextVar[StepIdentity | None] = ContextVar("ledger_step", default=None)
@@ -49,6 +56,28 @@ def bind_step(run_id: str, call_id: str) -> Iterator[StepIdentity]:
         yield identity
     finally:
         _step.reset(token)
+
+
+@contextmanager
+def bind_position(run_id: str, position: str) -> Iterator[StepIdentity]:
+    """Make (`run_id`, `position`) the identity of guarded calls made inside the block, each
+    told apart by its request: the same call at the same position is the same effect. Two
+    identical calls made on purpose at one position take an ordinal (`ordinal_among`)."""
+    identity = StepIdentity(
+        _identifier("run_id", run_id), _identifier("position", position), by_request=True
+    )
+    token = _step.set(identity)
+    try:
+        yield identity
+    finally:
+        _step.reset(token)
+
+
+def ordinal_among(calls: Sequence[tuple[str, str]], index: int) -> str:
+    """The suffix that tells apart identical calls at one position: "" for the first call of
+    its kind (tool name and canonical arguments) in `calls`, `#2` for the second, and so on."""
+    same = sum(1 for call in calls[:index] if call == calls[index])
+    return f"#{same + 1}" if same else ""
 
 
 def current_step() -> StepIdentity | None:

@@ -17,9 +17,15 @@ its adapter bound (`ledger_client.context.bind_step`), with the bound arguments 
   `not_sent` for `NotSent`) and is re-raised;
 - confirmed already (a replay after a crash, a resumed graph, a re-issued call): the function
   is not called and the recorded result is returned;
-- held (awaiting an operator's approval, in doubt, in flight elsewhere): the hold is raised
+- in doubt (met again after a crash: under a dead process's lease, `unknown`): the guard waits,
+  up to `settle_timeout` seconds, for the ledger to settle it (`ledger_client.settling`), then
+  returns the recorded result, runs the function if it was proven not done (or a resend is
+  safe), or raises what it ended as; still in doubt then, `NeedsReview` is raised;
+- held (awaiting an operator's approval, or an operator must decide): the hold is raised
   (`ApprovalPending`, `NeedsReview`), for the adapter to turn into its framework's pause; with
   `wait=True` the guard waits on the ledger's long poll instead, and goes on once it resolves.
+Under a position bound by an adapter (`bind_position`) the ledger keys the call by its position
+and request (`key_includes_request`, ADR 0018).
 Nothing runs when the ledger cannot be asked (`LedgerUnavailable`), when the arguments have no
 canonical form, or when no step identity is bound (`TypeError`, before anything is written).
 """
@@ -40,6 +46,7 @@ from ledger_client.config import LedgerConfig, default_config
 from ledger_client.context import StepIdentity, current_step, running
 from ledger_client.effect import AsyncEffect, Effect
 from ledger_client.errors import ApprovalPending, NeedsReview
+from ledger_client.settling import asettled, settled
 from ledger_client.sync import Ledger
 
 P = ParamSpec("P")
@@ -120,6 +127,8 @@ class GuardSpec:
     wait_timeout: float = 3600.0
     # The ledger the guard asks; None: `configure(...)`'s, or the environment's.
     ledger: AnyLedger | None = None
+    # Seconds to wait for the ledger to settle an effect in doubt (0: raise at once).
+    settle_timeout: float = 300.0
 
     def sync_ledger(self) -> Ledger:
         """The sync client this guard uses (for an adapter's own calls: cancel, wait)."""
@@ -170,12 +179,19 @@ class GuardSpec:
         step = self._name(identity)
         request = _canonical_request(request)
         args = (step.run_id, step.call_id, self.tool, self.target_of(request), request)
+        options: dict[str, Any] = {"key_includes_request": True} if step.by_request else {}
         deadline = time.monotonic() + self.wait_timeout
+        settle_by = time.monotonic() + self.settle_timeout
         while True:
             try:
-                effect = ledger.open(*args)
+                effect = ledger.open(*args, **options)
                 break
-            except (ApprovalPending, NeedsReview) as hold:
+            except NeedsReview as hold:
+                if not settled(ledger, hold, step.run_id, settle_by) and not (
+                    self.wait and _waited(ledger.wait_for_change, hold, deadline)
+                ):
+                    raise
+            except ApprovalPending as hold:
                 if not self.wait or not _waited(ledger.wait_for_change, hold, deadline):
                     raise
         if effect.replayed:
@@ -207,12 +223,19 @@ class GuardSpec:
         step = self._name(identity)
         request = _canonical_request(request)
         args = (step.run_id, step.call_id, self.tool, self.target_of(request), request)
+        options: dict[str, Any] = {"key_includes_request": True} if step.by_request else {}
         deadline = time.monotonic() + self.wait_timeout
+        settle_by = time.monotonic() + self.settle_timeout
         while True:
             try:
-                effect = await ledger.open(*args)
+                effect = await ledger.open(*args, **options)
                 break
-            except (ApprovalPending, NeedsReview) as hold:
+            except NeedsReview as hold:
+                if not await asettled(ledger, hold, step.run_id, settle_by) and not (
+                    self.wait and await _awaited(ledger, hold, deadline)
+                ):
+                    raise
+            except ApprovalPending as hold:
                 if not self.wait or not await _awaited(ledger, hold, deadline):
                     raise
         if effect.replayed:
@@ -307,10 +330,13 @@ def guarded(
     provider_ref: Callable[[Any], str] | None = None,
     wait: bool = False,
     wait_timeout: float = 3600.0,
+    settle_timeout: float = 300.0,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Guard a tool function; see the module docstring. The function keeps its name, doc,
     signature and annotations (`__wrapped__` too), and carries `__ledger_guard__`."""
-    spec = GuardSpec(tool, target, provider_ref or _provider_ref, wait, wait_timeout, ledger)
+    spec = GuardSpec(
+        tool, target, provider_ref or _provider_ref, wait, wait_timeout, ledger, settle_timeout
+    )
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         signature = inspect.signature(fn)

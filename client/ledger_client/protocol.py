@@ -133,6 +133,7 @@ def intent(
     effect_key: str | None = None,
     provenance: Mapping[str, Any] | None = None,
     callback_url: str | None = None,
+    key_includes_request: bool = False,
 ) -> Call:
     body: dict[str, Any] = {
         "run_id": run_id,
@@ -153,6 +154,8 @@ def intent(
     body |= {k: v for k, v in optional.items() if v is not None}
     if provenance is not None:
         body["provenance"] = dict(provenance)
+    if key_includes_request:
+        body["key_includes_request"] = True
     return Call("POST", "/effects", body)
 
 

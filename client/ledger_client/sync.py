@@ -141,7 +141,7 @@ class Ledger:
     ) -> EffectBlock:
         """`with ledger.effect(...) as e:` records intent and claims on entry; see
         `ledger_client.effect` for the exit rules. `options`: `depends_on`, `effect_key`,
-        `provenance`, `callback_url`."""
+        `provenance`, `callback_url`, `key_includes_request`."""
         return EffectBlock(self, run_id, step_id, tool, target, request, options)
 
     def record_intent(
@@ -157,6 +157,7 @@ class Ledger:
         effect_key: str | None = None,
         provenance: Mapping[str, Any] | None = None,
         callback_url: str | None = None,
+        key_includes_request: bool = False,
     ) -> EffectRecord:
         """POST /effects: record intent (and with `claim`, claim it in the same call)."""
         call = protocol.intent(
@@ -172,6 +173,7 @@ class Ledger:
             effect_key=effect_key,
             provenance=provenance,
             callback_url=callback_url,
+            key_includes_request=key_includes_request,
         )
         return protocol.parse(EffectRecord, self.transport.send(call))
 

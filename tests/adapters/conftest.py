@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -28,7 +28,7 @@ from django.db import connection
 
 from ledger.models import Agent, Effect, Tool
 from ledger.policy.agentkeys import issue_key
-from reconcilers.reconcile import process_one
+from reconcilers.reconcile import process_next, process_one
 from reconcilers.schedules import queue_expired_leases
 from reviews.decisions.decide import Ask, decide
 from tests.fixtures.providers import SandboxProvider
@@ -175,3 +175,43 @@ def stage(transactional_db, live_server, provider, messaging_provider, tools, ol
 
 
 StageFactory = Callable[[], Stage]
+
+
+class LedgerWorker:
+    """The ledger's own background work, in a thread of the test process: every `period`
+    seconds, what the sweep does (expired leases into reconciliation) and what the rq worker
+    does (every due check, a lookup at the sandbox). For tests in which an agent waits for the
+    ledger to settle an effect in doubt, as it would with `make run`'s worker behind it."""
+
+    def __init__(self, period: float = 0.2) -> None:
+        self.period = period
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ledger-worker", daemon=True)
+
+    def __enter__(self) -> LedgerWorker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        assert not self.errors, self.errors
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.period):
+                try:
+                    queue_expired_leases()
+                    while process_next():
+                        pass
+                except Exception as exc:  # kept for the test, which fails on it at the end
+                    self.errors.append(exc)
+        finally:
+            connection.close()  # the thread's own connection, or the test DB stays in use
+
+
+@pytest.fixture
+def ledger_worker(stage: Stage) -> Iterator[LedgerWorker]:
+    with LedgerWorker() as worker:
+        yield worker

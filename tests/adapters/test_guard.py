@@ -290,9 +290,6 @@ def test_no_ledger_configured_is_a_ledger_client_error():
     assert issubclass(LedgerNotConfigured, RuntimeError)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="ledger_client.config still raises a bare RuntimeError (pending there)"
-)
 def test_a_guard_with_no_ledger_configured_raises_ledger_not_configured(monkeypatch):
     import ledger_client.config
 

@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ from langgraph.types import Command
 from ledger_client import LedgerUnavailable, guarded
 from ledger_client.adapters.langgraph import LedgerMiddleware
 
+from ledger.containment.reviewqueue import open_review
+from ledger.models import Reason, Tool
 from tests.adapters.agents import langgraph_agent as lg
 from tests.adapters.agents.langgraph_model import ScriptedModel, calls
 
@@ -94,7 +97,11 @@ def test_sigkill_after_the_charge_resumes_from_the_checkpoint_with_one_charge(st
     assert died.returncode == -signal.SIGKILL, died.stderr
     assert "CHARGING" in died.stdout
     (effect,) = stage.effects("charge_card")
-    assert (effect.status, effect.run_id, effect.step_id) == ("dispatching", "order-7", "call_pay")
+    # Keyed by its position in the run (the model's first turn), not by the model's call id.
+    assert (effect.status, effect.run_id) == ("dispatching", "order-7")
+    assert effect.step_id == "tools/turn-1" and effect.effect_key.startswith(
+        "order-7:tools/turn-1:r"
+    )
     assert len(stage.charges()) == 1
 
     assert stage.settle(effect.id).status == "confirmed"  # the sweep: lease out, lookup
@@ -218,18 +225,43 @@ def test_the_end_users_rejection_cancels_the_effect(on_stage, runner):
     assert on_stage.charges() == [] and lg.CALLS["charge_card"] == 0
 
 
-def test_needs_review_tells_the_model_not_to_retry(on_stage, monkeypatch):
+def lose_the_answer(stage: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A first run whose charge gets no answer: the guard reports `unknown`."""
     graph = lg.agent(
         [calls(lg.pay("call_pay", "25.00"))], [lg.charge_card], checkpointer=InMemorySaver()
     )
     monkeypatch.setenv("SANDBOX_PAYMENTS_URL", "http://127.0.0.1:9")  # the response is lost
     with pytest.raises(httpx.ConnectError):
         run(graph, "invoke", lg.USER)
-    assert on_stage.effects("charge_card")[0].status == "unknown"
-    result = run(graph, "invoke", None)  # resumed: LangGraph runs the tool call again
+    assert stage.effects("charge_card")[0].status == "unknown"
+    monkeypatch.setenv("SANDBOX_PAYMENTS_URL", stage.payments.url)
+    return graph
+
+
+def test_a_resumed_call_in_doubt_waits_for_the_ledger_then_runs_once(
+    on_stage, monkeypatch, ledger_worker
+):
+    # A not-found proves absence one second after the call (tools.toml says two minutes).
+    Tool.objects.filter(name="charge_card").update(settle_after=timedelta(seconds=1))
+    graph = lose_the_answer(on_stage, monkeypatch)
+    result = run(graph, "invoke", None)  # LangGraph's own resume, and nothing else
     message = lg.tool_messages(result)["call_pay"]
-    assert message.status == "error" and "unknown" in message.content
-    assert "Do not retry" in message.content
+    (effect,) = on_stage.effects("charge_card")
+    (charge,) = on_stage.charges()
+    # The ledger looked, found nothing, and let the guard run it again under the same effect.
+    assert effect.status == "confirmed" and effect.provider_ref == charge["id"]
+    assert message.status == "success" and charge["id"] in message.content
+    assert lg.CALLS["charge_card"] == 2  # the lost call, and the one that charged
+
+
+def test_an_effect_an_operator_must_decide_tells_the_model_not_known_yet(on_stage, monkeypatch):
+    graph = lose_the_answer(on_stage, monkeypatch)
+    (effect,) = on_stage.effects("charge_card")
+    open_review(effect.id, Reason.INCONCLUSIVE)  # a person decides: waiting would not help
+    result = run(graph, "invoke", None)
+    message = lg.tool_messages(result)["call_pay"]
+    assert message.status == "error" and "Outcome not known yet" in message.content
+    assert "Do not retry" in message.content and "do not tell the user it failed" in message.content
     assert lg.CALLS["charge_card"] == 1
     assert isinstance(result["messages"][-1], AIMessage)  # the model was told and went on
 

@@ -64,7 +64,9 @@ def approve(call_id: str) -> DeferredToolResults:
 # --- A crash between the provider's commit and the recorded outcome ---------------------------
 
 
-def test_sigkill_after_the_charge_resumes_to_one_charge(stage: Any, tmp_path: Path) -> None:
+def test_sigkill_after_the_charge_resumes_to_one_charge(
+    stage: Any, tmp_path: Path, ledger_worker: Any
+) -> None:
     history = tmp_path / "history.json"
     agent = stage.start_python(
         AGENT, "pay", "25.00", str(history), "conv-crash", PA_TEST_HANG_AFTER_CHARGE="1"
@@ -77,22 +79,13 @@ def test_sigkill_after_the_charge_resumes_to_one_charge(stage: Any, tmp_path: Pa
     os.kill(agent.pid, signal.SIGKILL)
     assert agent.wait(timeout=10) == -signal.SIGKILL
     [effect] = stage.effects("charge_card")
-    assert (effect.status, effect.run_id, effect.step_id) == (
-        "dispatching",
-        "conv-crash",
-        "call_pay_1",
-    )
+    # Keyed by its position (the conversation's first model response), not the call id.
+    assert (effect.status, effect.run_id, effect.step_id) == ("dispatching", "conv-crash", "turn-1")
     assert str(effect.id) == line.split()[1]
     assert len(stage.charges()) == 1
 
-    # Taken up again while the dead process's lease holds: the model is told not to retry.
-    early = _resume(stage, history)
-    [held] = early["results"]
-    assert held["outcome"] == "failed" and "Do not retry" in held["content"]
-    assert len(stage.charges()) == 1
-
-    # The sweep finds the charge at the provider; resuming now returns it, charging nothing.
-    assert stage.settle(effect.id).status == "confirmed"
+    # Taken up again while the dead process's lease holds: the guard waits for the ledger,
+    # which finds the charge at the provider once the lease is out, and returns it.
     done = _resume(stage, history)
     [charge] = stage.charges()
     [result] = done["results"]
@@ -102,7 +95,9 @@ def test_sigkill_after_the_charge_resumes_to_one_charge(stage: Any, tmp_path: Pa
 
 
 def _resume(stage: Any, history: Path) -> dict[str, Any]:
-    done = stage.run_python(AGENT, "resume", str(history), timeout=60)
+    done = stage.run_python(
+        AGENT, "resume", str(history), timeout=120, EFFECT_LEDGER_LEASE_SECONDS="2"
+    )
     assert done.returncode == 0, done.stderr
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     report: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
@@ -129,7 +124,7 @@ def test_one_charge_and_a_replay(on_stage: Any, runner: str, flavour: Any, with_
     assert result["outcome"] == "success" and result["content"]["id"] == charge["id"]
     [effect] = on_stage.effects("charge_card")
     assert effect.status == "confirmed" and effect.provider_ref == charge["id"]
-    assert (effect.run_id, effect.step_id) == (first.conversation_id, "call_pay")
+    assert (effect.run_id, effect.step_id) == (first.conversation_id, "turn-1")
     assert effect.request == {"amount": "25.00", "currency": "EUR", "account": "acct_1"}
     assert charge["received_idempotency_key"] == effect.idempotency_key
 
@@ -371,8 +366,8 @@ def test_a_denial_next_to_a_call_still_waiting(on_stage: Any) -> None:
     again = agent.run_sync(message_history=first.all_messages(), deferred_tool_results=answers)
     assert isinstance(again.output, DeferredToolRequests)
     assert [c.tool_call_id for c in again.output.approvals] == ["call_b"]
-    status = {e.step_id: e.status for e in on_stage.effects("charge_card")}
-    assert status == {"call_a": "cancelled", "call_b": "awaiting_approval"}
+    status = {e.target: e.status for e in on_stage.effects("charge_card")}
+    assert status == {"acct_1": "cancelled", "acct_2": "awaiting_approval"}
     assert on_stage.charges() == [] and shop.RAN == []
 
 
@@ -390,7 +385,7 @@ def test_a_business_key_makes_a_reissued_call_the_same_effect(on_stage: Any) -> 
     assert first["content"] == again["content"]
     assert len(on_stage.charges()) == 1 and shop.RAN == ["charge_card 25.00"]
     [effect] = on_stage.effects("charge_card")
-    assert effect.step_id == "call_first"
+    assert effect.step_id == "turn-1"
 
 
 def test_the_example_counts_one_charge_and_one_message(stage: Any) -> None:

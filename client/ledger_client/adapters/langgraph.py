@@ -12,11 +12,17 @@
     agent = create_agent(model, [charge_card], middleware=[LedgerMiddleware()],
                          checkpointer=checkpointer)
 
-Around each tool call the middleware binds the step identity LangGraph keeps for it (the run's
-`thread_id` and the model's `tool_call_id`), so a resumed or replayed call meets its own effect.
-The ledger's holds become LangGraph's own: an effect that waits for an operator's approval
-becomes `interrupt({...})`; one the ledger will not run now becomes a tool message telling the
-model not to retry. The end user's answer to that interrupt never approves anything in the
+Around each tool call the middleware binds the call's position in the run (the run's
+`thread_id` and the model turn that made the call, `tools/turn-3`, which the middleware counts
+in the graph's state as each model turn ends), and the ledger keys the effect by that position
+and the call's arguments (ADR 0018). So a replayed call, and a call the model re-issues with a
+new `tool_call_id` after a crash lost its first answer (LangGraph's default durability saves
+the checkpoint after the step), meet their own effect. Resume with LangGraph's own
+`invoke(None, config)`: a call whose effect is in doubt waits for the ledger to settle it (the
+guard's `settle_timeout`), then returns the recorded result or runs. The ledger's holds become
+LangGraph's own: an effect that waits for an operator's approval becomes `interrupt({...})`;
+one an operator must decide becomes a tool message telling the model the outcome is not known
+yet and not to retry. The end user's answer to that interrupt never approves anything in the
 ledger: "approve" only waits (`wait_for_decision`) for the operator, "reject" cancels the effect.
 
 Unguarded tools that share one `ToolNode` task with a guarded call (a plain `ToolNode` runs
@@ -34,9 +40,10 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest
+from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.messages import AIMessage, ToolMessage, message_to_dict, messages_from_dict
 from langchain_core.tools import BaseTool, InjectedToolArg
@@ -46,24 +53,26 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, interrupt
 
+from ledger_client.adapters.langgraph_replies import (
+    approval_request,
+    cancelled_by_user,
+    read_answer,
+    refused,
+    rejected_by_operator,
+)
 from ledger_client.aio import AsyncLedger
-from ledger_client.context import bind_step
+from ledger_client.canonical import canonical
+from ledger_client.context import bind_position, ordinal_among
 from ledger_client.errors import (
     ApprovalPending,
-    Blocked,
-    EffectClosed,
-    EffectKeyConflict,
     EffectRefused,
-    Halted,
     LedgerRequestError,
-    LimitExceeded,
-    NeedsReview,
 )
 from ledger_client.guard import GuardSpec, register_context_annotation, register_context_type
 from ledger_client.models import EffectRecord
 from ledger_client.sync import Ledger
 
-__all__ = ["REMEMBERED", "LedgerMiddleware", "approval_request"]
+__all__ = ["REMEMBERED", "LedgerMiddleware", "LedgerState", "approval_request"]
 
 # What LangChain injects into a tool function (a `runtime: ToolRuntime`, an injected store,
 # `callbacks`): never part of the request the ledger records.
@@ -77,7 +86,6 @@ register_context_annotation(InjectedToolArg)
 REMEMBERED = ("effect_ledger", "tool_results")
 # LangGraph marks a task that a `Send` started (one call per task in `create_agent`).
 _PUSH = "__pregel_push"
-APPROVE, REJECT = "approve", "reject"
 
 Result = ToolMessage | Command[Any]
 # The calls of one ToolNode task: (event loop, thread, task namespace) and their call ids.
@@ -90,15 +98,19 @@ AsyncHandler = Callable[[ToolCallRequest], Awaitable[Result]]
 class _Step:
     run_id: str | None
     call_id: str | None
+    # The call's position in the run (`tools/turn-3`), with an ordinal for identical calls.
+    position: str | None = None
 
 
-@dataclass(frozen=True)
-class _Answer:
-    approve: bool
-    reason: str
+class LedgerState(AgentState[Any]):
+    """The agent's state with the middleware's count of model turns, private to the graph:
+    written in the step after each model call, so it is saved with the model's message or lost
+    with it, and a model asked again after a crash makes its calls at the same position."""
+
+    ledger_model_turns: NotRequired[Annotated[int, PrivateStateAttr]]
 
 
-class LedgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
     """Binds each tool call's identity and turns the ledger's holds into LangGraph's.
 
     `ledger` / `async_ledger`: where to wait for decisions and cancel (default: the guard's own
@@ -122,6 +134,16 @@ class LedgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.approval_wait = approval_wait
         self.remember_siblings = remember_siblings
         self._siblings = _Siblings()
+
+    state_schema = LedgerState
+
+    def after_model(self, state: LedgerState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return {"ledger_model_turns": state.get("ledger_model_turns", 0) + 1}
+
+    async def aafter_model(
+        self, state: LedgerState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return self.after_model(state, runtime)
 
     # --- sync --------------------------------------------------------------------------------
 
@@ -358,13 +380,15 @@ class _Siblings:
 
 
 def step_of(request: ToolCallRequest, *, required: bool) -> _Step:
-    """The call's durable identity: the run's `thread_id` and the model's `tool_call_id`."""
+    """The call's durable identity: the run's `thread_id`, the model's `tool_call_id` (what
+    remembered results are kept under), and its position (what the ledger keys it by)."""
     configurable = (request.runtime.config or {}).get("configurable") or {}
     thread = configurable.get("thread_id")
     call = request.tool_call.get("id")
     step = _Step(
         run_id=None if thread in (None, "") else str(thread),
         call_id=call or None,
+        position=position_of(request),
     )
     if required and step.run_id is None:
         raise TypeError(
@@ -372,24 +396,58 @@ def step_of(request: ToolCallRequest, *, required: bool) -> _Step:
             "invoke the graph with config={'configurable': {'thread_id': ...}} (and a "
             "checkpointer), the identity under which the ledger records its effects."
         )
-    if required and step.call_id is None:
+    if required and step.position is None:
         raise TypeError(
-            f"Tool {request.tool_call['name']!r} is guarded, but the model's tool call has no "
-            "id: the ledger needs the tool_call_id to know the call again on resume."
+            f"Tool {request.tool_call['name']!r} is guarded, but the call has no position in "
+            "its run: add LedgerMiddleware() to create_agent's middleware, or run the ToolNode "
+            "in a LangGraph graph."
         )
     return step
 
 
+def position_of(request: ToolCallRequest) -> str | None:
+    """`tools/turn-<n>` for the calls of the model's n-th turn (counted by `LedgerState`),
+    `#k` added for the k-th identical call of that turn; in a hand-built graph without the
+    count, `tools@<step>` from LangGraph's step number (stable on resume, shifted by forking
+    a thread's history)."""
+    state = request.state
+    turns = state.get("ledger_model_turns") if isinstance(state, dict) else None
+    if isinstance(turns, int):
+        base = f"tools/turn-{turns}"
+    else:
+        metadata = (request.runtime.config or {}).get("metadata") or {}
+        step = metadata.get("langgraph_step")
+        if not isinstance(step, int):
+            return None
+        base = f"tools@{step}"
+    calls = [_signature(call) for call in _calls_of(state)]
+    me = _signature(request.tool_call)
+    if me in calls:
+        ids = [call.get("id") for call in _calls_of(state)]
+        index = ids.index(request.tool_call.get("id")) if request.tool_call.get("id") in ids else 0
+        return base + ordinal_among(calls, index)
+    return base
+
+
+def _signature(call: Any) -> tuple[str, str]:
+    """A tool call as (name, canonical arguments): what makes two calls of one turn identical."""
+    try:
+        args = json.dumps(canonical(call.get("args") or {}, "arguments"), sort_keys=True)
+    except TypeError:
+        args = repr(call.get("args"))
+    return str(call.get("name")), args
+
+
 @contextmanager
 def _bound(step: _Step, *, strict: bool) -> Iterator[None]:
-    """Bind the identity around the call: always for a guarded tool (`bind_step` refuses an
-    unusable one), and for an unguarded one when there is a usable one (for guarded code it
+    """Bind the position around the call: always for a guarded tool (`bind_position` refuses
+    an unusable one), and for an unguarded one when there is a usable one (for guarded code it
     may call)."""
-    usable = all(isinstance(v, str) and 0 < len(v) <= 200 for v in (step.run_id, step.call_id))
-    if step.run_id is None or step.call_id is None or not (strict or usable):
+    usable = all(isinstance(v, str) and 0 < len(v) <= 200 for v in (step.run_id, step.position))
+    if step.run_id is None or step.position is None or not (strict or usable):
         yield
         return
-    with bind_step(step.run_id, step.call_id):
+    with bind_position(step.run_id, step.position):
         yield
 
 
@@ -426,118 +484,6 @@ def _calls_of(state: Any) -> Sequence[Any]:
         if isinstance(message, AIMessage):
             return message.tool_calls
     return ()
-
-
-# --- approvals --------------------------------------------------------------------------------
-
-
-def approval_request(
-    request: ToolCallRequest, hold: ApprovalPending, waited: bool = False
-) -> dict[str, Any]:
-    """What the interrupt shows the end user: the effect and how to answer."""
-    effect = hold.effect
-    tool = effect.tool if effect is not None else request.tool_call["name"]
-    target = effect.target if effect is not None else ""
-    amount, currency = _amount(effect)
-    what = f"{tool} of {amount} {currency}".rstrip() if amount is not None else tool
-    note = "The operator has not decided yet. " if waited else ""
-    return {
-        "kind": "effect_ledger.approval",
-        "effect_id": hold.effect_id,
-        "tool": tool,
-        "target": target,
-        "amount": amount,
-        "currency": currency,
-        "tool_call_id": request.tool_call.get("id"),
-        "message": (
-            f"{note}{what} to {target or 'its target'} waits for an operator's approval in the "
-            f"ledger (effect {hold.effect_id}). Answer 'approve' to keep waiting for that "
-            "decision, or 'reject' to cancel the effect. Only an operator can approve it."
-        ),
-    }
-
-
-def _amount(effect: EffectRecord | None) -> tuple[str | None, str | None]:
-    request = effect.request if effect is not None else None
-    if not isinstance(request, dict):
-        return None, None
-    amount, currency = request.get("amount"), request.get("currency")
-    return (
-        None if amount is None else str(amount),
-        currency if isinstance(currency, str) else None,
-    )
-
-
-def read_answer(value: Any, hold: ApprovalPending) -> _Answer | None:
-    """The end user's answer: "approve" / "reject", True / False, or a dict with `decision` (or
-    LangChain's `type`), an optional `reason` (or `message`) and an optional `effect_id`. None
-    when it does not answer for this effect: the middleware asks again."""
-    reason = ""
-    if isinstance(value, dict):
-        effect_id = value.get("effect_id")
-        if effect_id is not None and str(effect_id) != hold.effect_id:
-            return None
-        reason = str(value.get("reason") or value.get("message") or "")
-        value = value.get("decision", value.get("type"))
-    if value is True or (isinstance(value, str) and value.lower() in {APPROVE, "approved"}):
-        return _Answer(approve=True, reason=reason)
-    if value is False or (isinstance(value, str) and value.lower() in {REJECT, "rejected"}):
-        return _Answer(approve=False, reason=reason or "rejected by the agent's user")
-    return None
-
-
-# --- tool messages ----------------------------------------------------------------------------
-
-
-def _message(request: ToolCallRequest, text: str) -> ToolMessage:
-    return ToolMessage(
-        content=text,
-        name=request.tool_call["name"],
-        tool_call_id=request.tool_call.get("id") or "",
-        status="error",
-    )
-
-
-def cancelled_by_user(request: ToolCallRequest, hold: ApprovalPending) -> ToolMessage:
-    return _message(
-        request,
-        f"Not done: the user rejected this call, and effect {hold.effect_id} is cancelled in "
-        "the ledger. Do not retry it.",
-    )
-
-
-def rejected_by_operator(request: ToolCallRequest, hold: ApprovalPending) -> ToolMessage:
-    return _message(
-        request,
-        f"Not done: effect {hold.effect_id} was rejected by an operator in the ledger. "
-        "Do not retry it.",
-    )
-
-
-def refused(request: ToolCallRequest, refusal: EffectRefused) -> ToolMessage:
-    """A tool message for a refusal the model cannot fix by calling again."""
-    effect = refusal.effect.id if refusal.effect is not None else None
-    which = f"effect {effect}" if effect else "this call"
-    if isinstance(refusal, NeedsReview):
-        why = (
-            f"{which} is {refusal.status}: it may already have happened, and the ledger or "
-            "an operator is resolving it"
-        )
-    elif isinstance(refusal, EffectClosed) and refusal.status == "cancelled":
-        why = f"{which} was rejected by an operator or cancelled in the ledger"
-    elif isinstance(refusal, EffectClosed):
-        why = f"{which} already ended {refusal.status}"
-    elif isinstance(refusal, Halted):
-        why = f"an operator halted it ({refusal})"
-    elif isinstance(refusal, LimitExceeded):
-        why = f"a limit refused it for now ({refusal})"
-    elif isinstance(refusal, Blocked):
-        why = f"it waits for an earlier effect ({refusal})"
-    elif isinstance(refusal, EffectKeyConflict):
-        why = "the same action was already recorded with different arguments"
-    else:
-        why = str(refusal)
-    return _message(request, f"Not done now: {why}. Do not retry this call.")
 
 
 # --- remembered results -----------------------------------------------------------------------

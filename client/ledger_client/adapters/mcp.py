@@ -422,6 +422,7 @@ class LedgerGuard(Middleware):
     - `routes`: a `ToolRoute` per tool name (how its key is passed, its target, ...).
     - `in_flight_wait`: seconds a retry waits for a call of the same identity that is still
       running elsewhere (a dropped response retried at once) before answering "needs review".
+    - `settle_timeout`: seconds a call in doubt after a crash waits for the ledger to settle it.
     - `call_timeout`: the longest an upstream call may take; then its outcome is unknown.
     - `validate_arguments`: check the arguments against the upstream's input schema before
       anything is recorded (a call the upstream would refuse is not recorded at all).
@@ -436,6 +437,7 @@ class LedgerGuard(Middleware):
         in_flight_wait: float = 5.0,
         call_timeout: float | None = 120.0,
         validate_arguments: bool = True,
+        settle_timeout: float = 60.0,
     ) -> None:
         self.policies = dict(tools) if isinstance(tools, Mapping) else load_tool_policies(tools)
         self.ledger = ledger
@@ -443,6 +445,7 @@ class LedgerGuard(Middleware):
         self.in_flight_wait = in_flight_wait
         self.call_timeout = call_timeout
         self.validate_arguments = validate_arguments
+        self.settle_timeout = settle_timeout
 
     def read_only(self, tool: str) -> bool:
         policy = self.policies.get(tool)
@@ -472,7 +475,11 @@ class LedgerGuard(Middleware):
         request = _request(context.message.arguments, route, name)
         request = await self._check_upstream(context, name, request, route)
         spec = GuardSpec(
-            route.ledger_tool or name, route.target, _provider_ref(route), ledger=self.ledger
+            route.ledger_tool or name,
+            route.target,
+            _provider_ref(route),
+            ledger=self.ledger,
+            settle_timeout=self.settle_timeout,
         )
         relay = _Relay(context, call_next, route, request, self.call_timeout)
         # Shielded: a client that hangs up mid-call must not leave the effect without its
@@ -557,6 +564,7 @@ def guarded_proxy(
     in_flight_wait: float = 5.0,
     call_timeout: float | None = 120.0,
     validate_arguments: bool = True,
+    settle_timeout: float = 60.0,
     **settings: Any,
 ) -> FastMCPProxy:
     """A fastmcp proxy of `upstream` (a URL, a client transport, a server script, a FastMCP
@@ -571,6 +579,7 @@ def guarded_proxy(
             in_flight_wait=in_flight_wait,
             call_timeout=call_timeout,
             validate_arguments=validate_arguments,
+            settle_timeout=settle_timeout,
         )
     )
     return proxy

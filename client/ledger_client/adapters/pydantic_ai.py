@@ -14,11 +14,14 @@ Written against pydantic-ai-slim 2.68.0. Install with the `[pydantic-ai]` extra.
     def charge_card(amount: str, currency: str, account: str) -> dict: ...
 
 `LedgerCapability` wraps the agent's toolsets in a `LedgerToolset` (a `WrapperToolset`), which
-binds the step identity around every tool call: the run is the conversation
+binds the call's position around every tool call (ADR 0018): the run is the conversation
 (`RunContext.conversation_id`, which the framework stamps on every message and takes back from
 the message history, so a resumed run and a run answering deferred tool calls keep it), the
-call is `RunContext.tool_call_id`. Give `run_id=` a function of the `RunContext` to use
-another durable identity.
+position is the model response that made the call, `turn-<n>` (the n-th response of the
+conversation), with an ordinal for identical calls in one response; the ledger keys the effect
+by the position and the call's arguments. So a model asked again after a crash lost its
+response, which re-issues the call under a new `tool_call_id`, meets the same effect. Give
+`run_id=` a function of the `RunContext` to use another durable identity.
 
 The ledger's holds become the framework's answers:
 
@@ -27,15 +30,17 @@ The ledger's holds become the framework's answers:
   resumes waiting for the operator's decision in the ledger (up to `operator_wait` seconds;
   still undecided, the call is deferred again). Only an operator approves. The end user's
   `ToolDenied` cancels the effect.
-- in doubt, in flight elsewhere, closed, halted, over a limit, blocked: a failed tool result
-  (`ToolFailed`) telling the model not to retry. Never `ModelRetry`: a retried call comes back
-  with a new call id, which without a business key (`key_fields`) is another effect.
+- in doubt after a crash: the guard waits (its `settle_timeout`) for the ledger to settle it,
+  then returns the recorded result or runs the call; what an operator must decide, in flight
+  elsewhere, closed, halted, over a limit, blocked: a failed tool result (`ToolFailed`) telling
+  the model not to retry. Never `ModelRetry`: a retried call comes back in another response.
 - a ledger that does not answer: `LedgerUnavailable` ends the run; the tool was not run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +51,9 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 
 from ledger_client.aio import AsyncLedger
+from ledger_client.canonical import canonical
 from ledger_client.config import LedgerConfig, default_config
-from ledger_client.context import bind_step
+from ledger_client.context import bind_position, ordinal_among
 from ledger_client.errors import (
     ApprovalPending,
     AttemptsExhausted,
@@ -106,15 +112,41 @@ def _calls_with_id(ctx: RunContext[Any], call_id: str) -> int:
     )
 
 
+def _signature(call: Any) -> tuple[str, str]:
+    """(tool name, canonical arguments): what makes two calls of one response identical."""
+    try:
+        args = json.dumps(canonical(call.args_as_dict(), "arguments"), sort_keys=True)
+    except (TypeError, ValueError):
+        args = repr(call.args)
+    return call.tool_name, args
+
+
+def position_of(messages: Sequence[Any], call_id: str) -> str | None:
+    """`turn-<n>` for a call of the conversation's n-th model response, `#k` added for the k-th
+    identical call in it; None when no response holds the call."""
+    turn = 0
+    for message in messages:
+        if not isinstance(message, ModelResponse):
+            continue
+        turn += 1
+        calls = list(message.tool_calls)
+        ids = [call.tool_call_id for call in calls]
+        if call_id in ids:
+            signatures = [_signature(call) for call in calls]
+            return f"turn-{turn}" + ordinal_among(signatures, ids.index(call_id))
+    return None
+
+
 def _refusal_text(refused: EffectRefused) -> str:
     """What the model reads instead of a result when the ledger holds the effect."""
     effect = f" (effect {refused.effect.id})" if refused.effect is not None else ""
     if isinstance(refused, NeedsReview):
-        why = (
-            f"is {refused.status.replace('_', ' ')}: it may already have happened, and the "
-            "ledger or an operator resolves it"
+        return (
+            f"Outcome not known yet: this action{effect} is {refused.status.replace('_', ' ')} "
+            "in the ledger. It may already have happened; the ledger or an operator is "
+            "resolving it. Do not retry this call, and do not tell the user it failed."
         )
-    elif isinstance(refused, EffectClosed):
+    if isinstance(refused, EffectClosed):
         why = f"already ended {refused.status}; it was not performed now"
     elif isinstance(refused, Halted):
         why = "is halted by an operator"
@@ -175,7 +207,10 @@ class LedgerToolset(WrapperToolset[Any]):
                 f"of conversation {run_id!r}, so it does not identify one action. Use a model "
                 "that issues unique call ids, or give the tool a business key (key_fields)."
             )
-        with bind_step(run_id, call_id):
+        position = position_of(ctx.messages, call_id)
+        if position is None:
+            return await self._call_held(name, tool_args, ctx, tool)
+        with bind_position(run_id, position):
             return await self._call_held(name, tool_args, ctx, tool)
 
     async def _call_held(
@@ -224,18 +259,46 @@ class LedgerCapability(AbstractCapability[Any]):
             denied = _denied_calls(ctx, result)
             run_id = (self.run_id or conversation_run_id)(ctx)
             if denied and run_id:
-                await self._cancel_denied(run_id, denied)
+                await self._cancel_denied(run_id, ctx.messages, denied)
         return result
 
-    async def _cancel_denied(self, run_id: str, denied: dict[str, str]) -> None:
+    async def _cancel_denied(
+        self, run_id: str, messages: Sequence[Any], denied: dict[str, str]
+    ) -> None:
+        """Cancel the held effect of each denied call: the one at its position whose request
+        holds the call's arguments (several calls of one response share a position)."""
         ledger = _client(self.ledger)
         for call_id, message in denied.items():
+            position, call = position_of(messages, call_id), _call(messages, call_id)
+            if position is None or call is None:
+                continue
             page = await ledger.list_effects(
-                run_id=run_id, step_id=call_id, status="awaiting_approval"
+                run_id=run_id, step_id=position, status="awaiting_approval"
             )
             for effect in page.items:
-                reason = f"denied by the agent's user: {message}"
-                await ledger.cancel(effect.id, reason=reason[:500])
+                if _holds(effect.request, call.args_as_dict()):
+                    reason = f"denied by the agent's user: {message}"
+                    await ledger.cancel(effect.id, reason=reason[:500])
+
+
+def _call(messages: Sequence[Any], call_id: str) -> Any:
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            for call in message.tool_calls:
+                if call.tool_call_id == call_id:
+                    return call
+    return None
+
+
+def _holds(request: Any, arguments: dict[str, Any]) -> bool:
+    """Does the recorded request hold the call's arguments (defaults may add to it)?"""
+    try:
+        wanted = canonical(arguments, "arguments")
+    except TypeError:
+        return False
+    return isinstance(request, dict) and isinstance(wanted, dict) and all(
+        request.get(name) == value for name, value in wanted.items()
+    )
 
 
 def _client(given: AdapterLedger | None) -> AsyncLedger:
