@@ -293,8 +293,8 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "api/v1/runs/<run_id>/journal": (KEY_NEEDED, WRONG_METHOD),
     "api/v1/effects/<effect_id>/compensate": (WRONG_METHOD, KEY_NEEDED),
     "api/v1/recovery": (WRONG_METHOD, KEY_NEEDED),
-    # Signed by the provider, not by a key: an unsigned, non-JSON body is refused as such.
-    "api/v1/webhooks/<provider>": (WRONG_METHOD, (400, 400, 400, 400, 400)),
+    # Signed by the provider, not by a key: a body not sent as JSON is refused as such (415).
+    "api/v1/webhooks/<provider>": (WRONG_METHOD, (415, 415, 415, 415, 415)),
     "api/v1/health": (PUBLIC, WRONG_METHOD),
     # ninja's placeholder at the API's root: nothing is there.
     "api/v1/": (NOT_FOUND, NOT_FOUND),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -20,20 +19,28 @@ from django.db import (
 )
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI, Query, Schema
+from ninja import Path, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.responses import Status as Reply
 from ninja.security import HttpBearer
-from pydantic import Field
 
 from ledger import jsonenc
 from ledger.api import webhooks
-from ledger.api.cursors import decode_cursor, encode_cursor, recovery_cursor, recovery_position
+from ledger.api.contract import LedgerAPI, check_media_type, check_object
+from ledger.api.cursors import (
+    journal_cursor,
+    journal_position,
+    list_cursor,
+    list_position,
+    recovery_cursor,
+    recovery_position,
+)
 from ledger.api.inputs import check_json, intent_of
 from ledger.api.longpoll import RETRY_AFTER_SECONDS, wait_for_change
 from ledger.api.middleware import unavailable
+from ledger.api.queries import JournalQuery, ListFilters, WaitQuery
 from ledger.api.schemas import (
     CancelIn,
     ClaimedEffectOut,
@@ -46,7 +53,6 @@ from ledger.api.schemas import (
     HeartbeatIn,
     HeartbeatOut,
     IntentIn,
-    Label,
     OutcomeIn,
     RecoveryIn,
     RecoveryOut,
@@ -65,7 +71,7 @@ from ledger.effects.outcomes import record_outcome
 from ledger.effects.recovery import recover
 from ledger.effects.states import Status
 from ledger.effects.transitions import claim, heartbeat, one_effect, transition, trigger_refusal
-from ledger.errors import LedgerError, NotFound, OperatorDecided, ValidationFailed
+from ledger.errors import LedgerError, NotFound, OperatorDecided
 from ledger.models import Agent, Effect, RequestedBy
 from ledger.observability import logcontext
 from ledger.observability.readiness import database_ok, redis_ok
@@ -81,7 +87,9 @@ class ExactParser(Parser):
     """Bodies keep exact decimals; malformed JSON and unstorable strings are refused up front."""
 
     def parse_body(self, request: HttpRequest) -> Any:
+        check_media_type(request)
         data = jsonenc.loads(request.body)
+        check_object(data)
         check_json(data)
         return data
 
@@ -104,7 +112,7 @@ class AgentKey(HttpBearer):
         return agent
 
 
-api = NinjaAPI(
+api = LedgerAPI(
     title="Effect Ledger agent API",
     version="1",
     description=(
@@ -125,6 +133,7 @@ ERRORS: dict[int, type[Schema]] = {
     404: ErrorOut,
     409: ErrorOut,
     413: ErrorOut,
+    415: ErrorOut,
     422: ErrorOut,
     429: ErrorOut,
     503: ErrorOut,
@@ -256,6 +265,7 @@ def _show(request: HttpRequest, effect: Effect, *, claimer: bool = False) -> dic
     "/effects",
     response={201: ClaimedEffectOut, 200: ClaimedEffectOut, 202: ClaimedEffectOut, **ERRORS},
     summary="Record intent before dispatch (optionally claiming it)",
+    operation_id="recordEffect", tags=["effects"],
 )
 def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
     agent = _agent(request)
@@ -317,6 +327,7 @@ def _new_intent(agent: Agent, intent: Intent, policy: Policy, payload: IntentIn)
     "/effects/{effect_id}/claim",
     response={200: ClaimedEffectOut, **ERRORS},
     summary="Claim a planned effect: planned → dispatching, with a lease",
+    operation_id="claimEffect", tags=["effects"],
 )
 def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -> dict[str, Any]:
     effect = _own_effect(request, effect_id)
@@ -335,6 +346,7 @@ def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -
     "/effects/{effect_id}/heartbeat",
     response={200: HeartbeatOut, **ERRORS},
     summary="Extend a live lease; `halt` says whether a halt now covers the effect",
+    operation_id="heartbeatEffect", tags=["effects"],
 )
 def heartbeat_effect(
     request: HttpRequest, effect_id: uuid.UUID, payload: HeartbeatIn
@@ -357,6 +369,7 @@ def heartbeat_effect(
     "/effects/{effect_id}/outcome",
     response={200: EffectOut, **ERRORS},
     summary="Report what the provider did",
+    operation_id="reportOutcome", tags=["effects"],
 )
 def outcome_effect(
     request: HttpRequest, effect_id: uuid.UUID, payload: OutcomeIn
@@ -390,6 +403,7 @@ def outcome_effect(
     "/effects/{effect_id}/cancel",
     response={200: EffectOut, **ERRORS},
     summary="Cancel a planned effect",
+    operation_id="cancelEffect", tags=["effects"],
 )
 def cancel_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CancelIn) -> dict[str, Any]:
     effect = _own_effect(request, effect_id)
@@ -407,13 +421,12 @@ def cancel_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CancelIn)
     return _show(request, moved)
 
 
-class WaitQuery(Schema):
-    wait: int | None = Field(
-        None, ge=1, le=60, description="Long poll: answer as soon as the status changes."
-    )
-
-
-@api.get("/effects/{effect_id}", response={200: EffectOut, **ERRORS}, summary="One effect")
+@api.get(
+    "/effects/{effect_id}",
+    response={200: EffectOut, **ERRORS},
+    summary="One effect",
+    operation_id="getEffect", tags=["effects"],
+)
 def get_effect(
     request: HttpRequest, effect_id: uuid.UUID, query: Query[WaitQuery], response: HttpResponse
 ) -> dict[str, Any]:
@@ -432,17 +445,12 @@ def get_effect(
     return _show(request, effect)
 
 
-class ListFilters(Schema):
-    run_id: str | None = Field(None, max_length=200)
-    step_id: str | None = Field(None, max_length=200)
-    status: Status | None = None
-    tool: str | None = Field(None, max_length=100)
-    owner: Label | None = None
-    limit: int = Field(50, ge=1, le=500)
-    cursor: str | None = Field(None, max_length=500)
-
-
-@api.get("/effects", response={200: EffectPage, **ERRORS}, summary="List the caller's effects")
+@api.get(
+    "/effects",
+    response={200: EffectPage, **ERRORS},
+    summary="List the caller's effects",
+    operation_id="listEffects", tags=["effects"],
+)
 def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str, Any]:
     agent = _agent(request)
     effects = Effect.objects.filter(agent=agent)
@@ -457,13 +465,7 @@ def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str,
     if filters.owner is not None:
         effects = effects.filter(lease_owner=filters.owner)
     if filters.cursor:
-        created, last_id = decode_cursor(filters.cursor, 2)
-        try:
-            after = (datetime.fromisoformat(created), uuid.UUID(last_id))
-        except ValueError:
-            raise ValidationFailed(
-                "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
-            ) from None
+        after = list_position(filters.cursor)
         effects = effects.filter(
             Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1])
         )
@@ -472,38 +474,29 @@ def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str,
     page = page[: filters.limit]
     return {
         "items": effect_dicts(page, agent.name),
-        "next_cursor": encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+        "next_cursor": list_cursor(page[-1].created_at, page[-1].id) if more else None,
     }
-
-
-class JournalQuery(Schema):
-    limit: int = Field(100, ge=1, le=500)
-    cursor: str | None = Field(None, max_length=500)
 
 
 @api.get(
     "/runs/{run_id}/journal",
     response={200: EffectPage, **ERRORS},
     summary="A run's effects in seq order, with recorded outcomes, for replay",
+    operation_id="getRunJournal", tags=["runs"],
 )
-def run_journal(request: HttpRequest, run_id: str, query: Query[JournalQuery]) -> dict[str, Any]:
+def run_journal(
+    request: HttpRequest, query: Query[JournalQuery], run_id: str = Path(..., max_length=200)
+) -> dict[str, Any]:
     agent = _agent(request)
-    if len(run_id) > 200:
-        raise ValidationFailed("run_id is too long.", {"run_id": "at most 200 characters"})
     effects = Effect.objects.filter(agent=agent, run_id=run_id)
     if query.cursor:
-        (after,) = decode_cursor(query.cursor, 1)
-        if not re.fullmatch(r"[0-9]{1,18}", after):
-            raise ValidationFailed(
-                "The cursor is not valid.", {"cursor": "not a cursor this API issued"}
-            )
-        effects = effects.filter(seq__gt=int(after))
+        effects = effects.filter(seq__gt=journal_position(query.cursor))
     page = list(effects.order_by("seq")[: query.limit + 1])
     more = len(page) > query.limit
     page = page[: query.limit]
     return {
         "items": effect_dicts(page, agent.name),
-        "next_cursor": encode_cursor(page[-1].seq) if more else None,
+        "next_cursor": journal_cursor(page[-1].seq) if more else None,
     }
 
 
@@ -511,6 +504,7 @@ def run_journal(request: HttpRequest, run_id: str, query: Query[JournalQuery]) -
     "/effects/{effect_id}/compensate",
     response={201: EffectOut, 200: EffectOut, **ERRORS},
     summary="Record a compensation for a confirmed effect",
+    operation_id="compensateEffect", tags=["effects"],
 )
 def compensate_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CompensateIn) -> Reply:
     agent = _agent(request)
@@ -526,7 +520,12 @@ def compensate_effect(request: HttpRequest, effect_id: uuid.UUID, payload: Compe
     return Reply(201 if created else 200, _show(request, effect))
 
 
-@api.post("/recovery", response={200: RecoveryOut, **ERRORS}, summary="What to do after a restart")
+@api.post(
+    "/recovery",
+    response={200: RecoveryOut, **ERRORS},
+    summary="What to do after a restart",
+    operation_id="recover", tags=["recovery"],
+)
 def post_recovery(request: HttpRequest, payload: RecoveryIn) -> dict[str, Any]:
     agent = _agent(request)
     page = recover(
@@ -553,6 +552,7 @@ def post_recovery(request: HttpRequest, payload: RecoveryIn) -> dict[str, Any]:
     auth=None,
     response={200: EffectOut, **ERRORS},
     summary="Signed provider callback, matched by idempotency key",
+    operation_id="receiveProviderWebhook", tags=["webhooks"],
 )
 def provider_webhook(request: HttpRequest, provider: str, payload: WebhookIn) -> dict[str, Any]:
     signature = webhooks.verify(
@@ -568,6 +568,7 @@ def provider_webhook(request: HttpRequest, provider: str, payload: WebhookIn) ->
     response={200: HealthOut, 503: HealthOut},
     exclude_none=True,
     summary="Liveness and readiness",
+    operation_id="getHealth", tags=["health"],
 )
 def health(request: HttpRequest) -> Reply:
     db, rd = database_ok(), redis_ok()

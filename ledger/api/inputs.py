@@ -42,7 +42,9 @@ def _number_problem(value: Any) -> str | None:
     if isinstance(value, OversizedNumber):
         return value.problem
     if isinstance(value, Decimal):
-        if not value.is_finite() or abs(value.adjusted()) > MAX_EXPONENT:
+        # Below 10^MAX_EXPONENT in magnitude, as an integer of at most MAX_DIGITS digits is,
+        # and not below 10^-MAX_EXPONENT (the served schema's JsonValue says both).
+        if not value.is_finite() or not -MAX_EXPONENT <= value.adjusted() < MAX_EXPONENT:
             return "number out of range"
         if len(value.as_tuple().digits) > MAX_DIGITS:
             return f"more than {MAX_DIGITS} digits"

@@ -80,7 +80,12 @@ class ApiBoundaryMiddleware:
         if response.status_code in _CODES and not response.get("Content-Type", "").startswith(
             "application/json"
         ):
-            return _error(response.status_code, _CODES[response.status_code], _detail(response))
+            replaced = _error(response.status_code, _CODES[response.status_code], _detail(response))
+            if response.status_code == 405 and response.has_header("Allow"):
+                # RFC 9110: a 405 names the methods the path accepts.
+                allowed = sorted(m.strip() for m in response["Allow"].split(",") if m.strip())
+                replaced["Allow"] = ", ".join(allowed)
+            return replaced
         return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:

@@ -10,8 +10,17 @@ from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from ninja import Schema
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    WithJsonSchema,
+)
 
+from ledger.api.cursors import RECOVERY_CURSOR
 from ledger.api.notifications import allowed_callback_url
 from ledger.audit.redaction import holds_issued_card, scrub_cards
 from ledger.effects.states import Kind, Status
@@ -55,15 +64,28 @@ def _within_max_lease(value: int) -> int:
     return value
 
 
+class _DeploymentMaxLease:
+    """The served schema's `maximum` is the deployment's bound, read when it is generated."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        schema = handler(core_schema)
+        schema["maximum"] = settings.LEDGER_MAX_LEASE_SECONDS
+        return schema
+
+
 # Strict: "30" or true must not become a lease, "yes" must not become a claim. 3600 is the
-# schema's bound; a deployment may set a lower one.
+# most any deployment allows; LEDGER_MAX_LEASE_SECONDS may set a lower one.
 LeaseSeconds = Annotated[
     StrictInt,
-    BeforeValidator(_whole_number),
     Field(ge=1, le=3600),
+    BeforeValidator(_whole_number),
     AfterValidator(_within_max_lease),
+    _DeploymentMaxLease(),
 ]
-JsonObject = dict[str, Any]
+# Free JSON: an input's schema names the served document's `JsonObject` / `JsonValue`, which
+# say what the ledger can store (ledger.api.contract, ledger.api.inputs.check_json).
+JsonObject = Annotated[dict[str, Any], WithJsonSchema({"x-json": "object"}, mode="validation")]
+JsonValue = Annotated[Any, WithJsonSchema({"x-json": "value"}, mode="validation")]
 
 
 class Input(Schema):
@@ -74,8 +96,8 @@ class ProvenanceIn(Input):
     model: Annotated[str, Field(max_length=200)] | None = None
     prompt_hash: Annotated[str, Field(max_length=200)] | None = None
     tool_schema_version: Annotated[str, Field(max_length=100)] | None = None
-    model_output: Any = None
-    policy: Any = None
+    model_output: JsonValue = None
+    policy: JsonValue = None
 
 
 class IntentIn(Input):
@@ -123,7 +145,7 @@ class OutcomeIn(Input):
     lease_token: Annotated[str, Field(min_length=1, max_length=64)]
     status: Literal["confirmed", "failed", "unknown", "awaiting_confirmation", "not_sent"]
     provider_ref: Annotated[str, Field(max_length=500)] = ""
-    response: Any = None
+    response: JsonValue = None
     error: Annotated[str, Field(max_length=10000)] | JsonObject | None = None
 
 
@@ -150,16 +172,18 @@ class RecoveryIn(Input):
     owner: Label | None = None
     run_id: Id | None = None
     dry_run: StrictBool = False
-    limit: Annotated[StrictInt, Field(ge=1, le=RECOVERY_PAGE_MAX)] = RECOVERY_PAGE
+    limit: Annotated[
+        StrictInt, Field(ge=1, le=RECOVERY_PAGE_MAX), BeforeValidator(_whole_number)
+    ] = RECOVERY_PAGE
     # The `next_cursor` of the page before; a request without one starts at the most urgent.
-    cursor: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+    cursor: Annotated[str, Field(pattern=RECOVERY_CURSOR)] | None = None
 
 
 class WebhookIn(Input):
     idempotency_key: Annotated[str, Field(min_length=1, max_length=64)]
     status: Literal["confirmed", "failed"]
     provider_ref: Annotated[str, Field(max_length=500)] = ""
-    response: Any = None
+    response: JsonValue = None
 
 
 class UpstreamOut(Schema):
