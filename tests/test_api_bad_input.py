@@ -74,7 +74,8 @@ def assert_refused_field(response, field: str) -> None:
 
 
 def cursor_of(value: Any) -> str:
-    """A cursor in the API's encoding (URL-safe base64 of JSON) holding `value`."""
+    """`value` in the cursor encoding the API used before its cursors had a declared pattern
+    (URL-safe base64 of JSON): refused now, as any string outside the pattern."""
     return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
 
