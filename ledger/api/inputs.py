@@ -82,6 +82,7 @@ def check_json(value: Any, path: str = "", depth: int = 0) -> None:
         for index, item in enumerate(value):
             check_json(item, f"{path}.{index}" if path else str(index), depth + 1)
 
+
 def intent_of(payload: Any, policy: Policy) -> Intent:
     """The intent a `POST /effects` body (`schemas.IntentIn`) records: its effect key is the
     tool's business key, one that includes the request when asked for, or the caller's."""
