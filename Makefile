@@ -75,14 +75,14 @@ crashtest: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
 
 # The frameworks' crash matrix at size: a LangGraph agent under its defaults, SIGKILLed around
-# each charge and resumed with LangGraph's own resume; a table per provider mode and latency.
-LG_CRASH_PAYMENTS ?= 200
-LG_CRASH_KILL_P ?= 0.15
+# each charge and resumed with LangGraph's own resume; a line per provider mode and latency.
+CRASH_PAYMENTS ?= 200
+CRASH_KILL_P ?= 0.15
 crashtest-frameworks: install-test
 	@mkdir -p var
-	$(TEST_ENV) LG_CRASH_PAYMENTS=$(LG_CRASH_PAYMENTS) LG_CRASH_KILL_P=$(LG_CRASH_KILL_P) \
-	  $(STACK) exec -- $(PY) -m pytest tests/adapters/test_langgraph_crashes.py -q -s \
-	  -p no:cacheprovider > var/crashtest-frameworks.log 2>&1; rc=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) -m pytest tests/adapters/test_langgraph_crashes.py -q -s \
+	  -p no:cacheprovider --crash-matrix=full --crash-payments=$(CRASH_PAYMENTS) \
+	  --crash-kill-p=$(CRASH_KILL_P) > var/crashtest-frameworks.log 2>&1; rc=$$?; \
 	  grep -E "^CRASH-MATRIX|passed|failed" var/crashtest-frameworks.log; exit $$rc
 
 # Fault drills under load, on a private PostgreSQL and Redis: each restarted, then the web

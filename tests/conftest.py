@@ -16,3 +16,14 @@ pytest_plugins = [
     # Every log line of the suite is scanned for keys, passwords and card numbers.
     "tests.logscan",
 ]
+
+
+def pytest_addoption(parser) -> None:
+    # The frameworks' crash matrix at size (`make crashtest-frameworks`); the suite's own size
+    # otherwise, whatever the caller's environment says.
+    group = parser.getgroup("crash matrix")
+    group.addoption("--crash-matrix", choices=("suite", "full"), default="suite")
+    group.addoption("--crash-payments", type=int, default=50)
+    group.addoption("--crash-kill-p", default="0.15")
+    # The control: calls known by the model's call id, as before ADR 0018 (it must fail).
+    group.addoption("--crash-identity", choices=("position", "call_id"), default="position")

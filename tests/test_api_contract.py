@@ -46,9 +46,7 @@ def test_a_405_names_the_methods_the_path_accepts(alice, method, path, allowed):
 
 @pytest.mark.parametrize("kind", ["text/plain", "application/x-www-form-urlencoded", ""])
 def test_a_body_not_sent_as_json_is_415(alice, kind):
-    response = Client().post(
-        "/api/v1/recovery", "{}", content_type=kind, headers=alice._headers()
-    )
+    response = Client().post("/api/v1/recovery", "{}", content_type=kind, headers=alice._headers())
     assert response.status_code == 415, response.content
     assert response.json()["error"] == "unsupported_media_type"
 

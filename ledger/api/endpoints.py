@@ -265,7 +265,8 @@ def _show(request: HttpRequest, effect: Effect, *, claimer: bool = False) -> dic
     "/effects",
     response={201: ClaimedEffectOut, 200: ClaimedEffectOut, 202: ClaimedEffectOut, **ERRORS},
     summary="Record intent before dispatch (optionally claiming it)",
-    operation_id="recordEffect", tags=["effects"],
+    operation_id="recordEffect",
+    tags=["effects"],
 )
 def post_effect(request: HttpRequest, payload: IntentIn) -> Reply:
     agent = _agent(request)
@@ -327,7 +328,8 @@ def _new_intent(agent: Agent, intent: Intent, policy: Policy, payload: IntentIn)
     "/effects/{effect_id}/claim",
     response={200: ClaimedEffectOut, **ERRORS},
     summary="Claim a planned effect: planned → dispatching, with a lease",
-    operation_id="claimEffect", tags=["effects"],
+    operation_id="claimEffect",
+    tags=["effects"],
 )
 def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -> dict[str, Any]:
     effect = _own_effect(request, effect_id)
@@ -346,7 +348,8 @@ def claim_effect(request: HttpRequest, effect_id: uuid.UUID, payload: ClaimIn) -
     "/effects/{effect_id}/heartbeat",
     response={200: HeartbeatOut, **ERRORS},
     summary="Extend a live lease; `halt` says whether a halt now covers the effect",
-    operation_id="heartbeatEffect", tags=["effects"],
+    operation_id="heartbeatEffect",
+    tags=["effects"],
 )
 def heartbeat_effect(
     request: HttpRequest, effect_id: uuid.UUID, payload: HeartbeatIn
@@ -369,7 +372,8 @@ def heartbeat_effect(
     "/effects/{effect_id}/outcome",
     response={200: EffectOut, **ERRORS},
     summary="Report what the provider did",
-    operation_id="reportOutcome", tags=["effects"],
+    operation_id="reportOutcome",
+    tags=["effects"],
 )
 def outcome_effect(
     request: HttpRequest, effect_id: uuid.UUID, payload: OutcomeIn
@@ -403,7 +407,8 @@ def outcome_effect(
     "/effects/{effect_id}/cancel",
     response={200: EffectOut, **ERRORS},
     summary="Cancel a planned effect",
-    operation_id="cancelEffect", tags=["effects"],
+    operation_id="cancelEffect",
+    tags=["effects"],
 )
 def cancel_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CancelIn) -> dict[str, Any]:
     effect = _own_effect(request, effect_id)
@@ -425,7 +430,8 @@ def cancel_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CancelIn)
     "/effects/{effect_id}",
     response={200: EffectOut, **ERRORS},
     summary="One effect",
-    operation_id="getEffect", tags=["effects"],
+    operation_id="getEffect",
+    tags=["effects"],
 )
 def get_effect(
     request: HttpRequest, effect_id: uuid.UUID, query: Query[WaitQuery], response: HttpResponse
@@ -449,7 +455,8 @@ def get_effect(
     "/effects",
     response={200: EffectPage, **ERRORS},
     summary="List the caller's effects",
-    operation_id="listEffects", tags=["effects"],
+    operation_id="listEffects",
+    tags=["effects"],
 )
 def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str, Any]:
     agent = _agent(request)
@@ -482,7 +489,8 @@ def list_effects(request: HttpRequest, filters: Query[ListFilters]) -> dict[str,
     "/runs/{run_id}/journal",
     response={200: EffectPage, **ERRORS},
     summary="A run's effects in seq order, with recorded outcomes, for replay",
-    operation_id="getRunJournal", tags=["runs"],
+    operation_id="getRunJournal",
+    tags=["runs"],
 )
 def run_journal(
     request: HttpRequest, query: Query[JournalQuery], run_id: str = Path(..., max_length=200)
@@ -504,7 +512,8 @@ def run_journal(
     "/effects/{effect_id}/compensate",
     response={201: EffectOut, 200: EffectOut, **ERRORS},
     summary="Record a compensation for a confirmed effect",
-    operation_id="compensateEffect", tags=["effects"],
+    operation_id="compensateEffect",
+    tags=["effects"],
 )
 def compensate_effect(request: HttpRequest, effect_id: uuid.UUID, payload: CompensateIn) -> Reply:
     agent = _agent(request)
@@ -524,7 +533,8 @@ def compensate_effect(request: HttpRequest, effect_id: uuid.UUID, payload: Compe
     "/recovery",
     response={200: RecoveryOut, **ERRORS},
     summary="What to do after a restart",
-    operation_id="recover", tags=["recovery"],
+    operation_id="recover",
+    tags=["recovery"],
 )
 def post_recovery(request: HttpRequest, payload: RecoveryIn) -> dict[str, Any]:
     agent = _agent(request)
@@ -552,7 +562,8 @@ def post_recovery(request: HttpRequest, payload: RecoveryIn) -> dict[str, Any]:
     auth=None,
     response={200: EffectOut, **ERRORS},
     summary="Signed provider callback, matched by idempotency key",
-    operation_id="receiveProviderWebhook", tags=["webhooks"],
+    operation_id="receiveProviderWebhook",
+    tags=["webhooks"],
 )
 def provider_webhook(request: HttpRequest, provider: str, payload: WebhookIn) -> dict[str, Any]:
     signature = webhooks.verify(
@@ -568,7 +579,8 @@ def provider_webhook(request: HttpRequest, provider: str, payload: WebhookIn) ->
     response={200: HealthOut, 503: HealthOut},
     exclude_none=True,
     summary="Liveness and readiness",
-    operation_id="getHealth", tags=["health"],
+    operation_id="getHealth",
+    tags=["health"],
 )
 def health(request: HttpRequest) -> Reply:
     db, rd = database_ok(), redis_ok()

@@ -296,8 +296,10 @@ def _holds(request: Any, arguments: dict[str, Any]) -> bool:
         wanted = canonical(arguments, "arguments")
     except TypeError:
         return False
-    return isinstance(request, dict) and isinstance(wanted, dict) and all(
-        request.get(name) == value for name, value in wanted.items()
+    return (
+        isinstance(request, dict)
+        and isinstance(wanted, dict)
+        and all(request.get(name) == value for name, value in wanted.items())
     )
 
 

@@ -138,8 +138,18 @@ def pay(saver: Any, index: int) -> None:
     print("DONE", where["configurable"]["thread_id"], flush=True)
 
 
+def _identity_by_call_id() -> None:
+    """LG_IDENTITY=call_id: the control run, with calls known by the model's call id as the
+    adapter knew them before ADR 0018 (the matrix must then find double charges)."""
+    import ledger_client.adapters.langgraph as adapter
+
+    adapter.position_of = lambda request: request.tool_call.get("id")  # type: ignore[assignment]
+
+
 def main(checkpoints: str, first: str, count: str) -> None:
     """The payments, LG_CONCURRENCY (4) threads at a time, as a worker serving several runs."""
+    if os.environ.get("LG_IDENTITY") == "call_id":
+        _identity_by_call_id()
     indexes = range(int(first), int(first) + int(count))
     with (
         DistantSaver.from_conn_string(checkpoints) as saver,
