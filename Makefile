@@ -67,22 +67,25 @@ bench: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/statements.py; f=$$?; \
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/growth.py; g=$$?; \
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/soak.py; h=$$?; \
-	exit $$((a | b | c | d | e | f | g | h))
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/adapters.py; i=$$?; \
+	exit $$((a | b | c | d | e | f | g | h | i))
 
 # The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
 crashtest: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
 
-# The frameworks' crash matrix at size: a LangGraph agent under its defaults, SIGKILLed around
-# each charge and resumed with LangGraph's own resume; a line per provider mode and latency.
+# The frameworks' crash matrix at size: a LangGraph agent under its defaults and a Pydantic AI
+# agent saving its history after each node, SIGKILLed around each charge and resumed the
+# framework's own way; a line per framework, provider mode and latency.
 CRASH_PAYMENTS ?= 200
 CRASH_KILL_P ?= 0.15
 crashtest-frameworks: install-test
 	@mkdir -p var
-	$(TEST_ENV) $(STACK) exec -- $(PY) -m pytest tests/adapters/test_langgraph_crashes.py -q -s \
-	  -p no:cacheprovider --crash-matrix=full --crash-payments=$(CRASH_PAYMENTS) \
-	  --crash-kill-p=$(CRASH_KILL_P) > var/crashtest-frameworks.log 2>&1; rc=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) -m pytest tests/adapters/test_langgraph_crashes.py \
+	  tests/adapters/test_pydantic_ai_crashes.py -q -s -p no:cacheprovider --crash-matrix=full \
+	  --crash-payments=$(CRASH_PAYMENTS) --crash-kill-p=$(CRASH_KILL_P) \
+	  > var/crashtest-frameworks.log 2>&1; rc=$$?; \
 	  grep -E "^CRASH-MATRIX|passed|failed" var/crashtest-frameworks.log; exit $$rc
 
 # Fault drills under load, on a private PostgreSQL and Redis: each restarted, then the web
