@@ -18,6 +18,8 @@ import os
 
 import pytest
 
+from devstack.drills import environment as drill_environment
+
 # The test-only secrets (`make run` generates real ones under var/). The Makefile's TEST_ENV
 # gives `make crashtest` and `make bench` the same values (`make drills` generates its own).
 TEST_ENVIRONMENT = {
@@ -32,26 +34,9 @@ TEST_ENVIRONMENT = {
 # Where the servers are, and what the tests themselves read (the docs' screenshots, the crash
 # test's Redis database).
 KEPT = frozenset({"DATABASE_URL", "REDIS_URL", "LEDGER_DOCS_SCREENSHOTS", "CRASHTEST_REDIS_DB"})
-# Read by the settings (config/settings.py), the stack (devstack/stack.py), gunicorn or the
-# sandbox providers.
-PREFIXES = ("LEDGER_", "DATABASE_", "REDIS_", "EMAIL_", "LOG_", "GUNICORN_", "AXES_", "DJANGO_")
-NAMES = frozenset(
-    {
-        "ALLOWED_HOSTS",
-        "CSRF_TRUSTED_ORIGINS",
-        "SECURE_COOKIES",
-        "Q_WORKERS",
-        "HOST",
-        "PORT",
-        "STACK_DIR",
-        "SANDBOX_PAYMENTS_PORT",
-        "SANDBOX_MESSAGING_PORT",
-        "PROMETHEUS_MULTIPROC_DIR",
-        "SANDBOX_WEBHOOK_SECRET",
-        "WEB_CONCURRENCY",
-        "FORWARDED_ALLOW_IPS",
-    }
-)
+# Read by the settings, the stack, gunicorn or the sandbox providers: the same variables the
+# drills keep from the caller (SECRET_KEY among them, set above for the tests).
+PREFIXES, NAMES = drill_environment.PREFIXES, drill_environment.NAMES
 
 
 def is_scrubbed(name: str) -> bool:

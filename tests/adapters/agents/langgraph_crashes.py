@@ -17,61 +17,32 @@ each ends.
 from __future__ import annotations
 
 import os
-import random
-import signal
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
-from ledger_client import current_effect, guarded
+from ledger_client import guarded
 from ledger_client.adapters.langgraph import LedgerMiddleware
 
+from tests.adapters.agents import crash_points
 from tests.adapters.agents.langgraph_model import ScriptedModel
 
 KILL_P = float(os.environ.get("LG_KILL_P", "0"))
 WRITE_SECONDS = 0.02
 
 
-def _die(place: str) -> None:
-    print("KILL", place, flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _maybe_die(place: str) -> None:
-    if random.random() < KILL_P:
-        _die(place)
-
-
 @tool
 @guarded(tool="charge_card", target="{account}")
 def charge_card(amount: str, currency: str, account: str) -> dict[str, Any]:
     """Charge `amount` (a decimal string) in `currency` to the card on file for `account`."""
-    _maybe_die("before-send")
-    in_flight = None
-    if random.random() < KILL_P:  # killed while the request is on its way or being served
-        in_flight = threading.Timer(random.uniform(0.0, 0.06), _die, ["in-flight"])
-        in_flight.start()
-    response = httpx.post(
-        os.environ["SANDBOX_PAYMENTS_URL"] + "/charges",
-        json={"amount": amount, "currency": currency, "account": account},
-        headers={"Idempotency-Key": current_effect().idempotency_key},
-        timeout=10,
-    )
-    if in_flight is not None:
-        in_flight.cancel()
-    response.raise_for_status()
-    _maybe_die("after-answer")
-    charge: dict[str, Any] = response.json()
-    return charge
+    return crash_points.charge(amount, currency, account, KILL_P)
 
 
 class ReissuingModel(ScriptedModel):

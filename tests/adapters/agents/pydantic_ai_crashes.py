@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
-import signal
 import sys
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
-from ledger_client import current_effect, guarded
+from ledger_client import guarded
 from ledger_client.adapters.pydantic_ai import LedgerCapability
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -43,40 +39,16 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from tests.adapters.agents import crash_points
+
 KILL_P = float(os.environ.get("PA_KILL_P", "0"))
 WRITE_SECONDS = 0.02
-
-
-def _die(place: str) -> None:
-    print("KILL", place, flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _maybe_die(place: str) -> None:
-    if random.random() < KILL_P:
-        _die(place)
 
 
 @guarded(tool="charge_card", target="{account}")
 def charge_card(amount: str, currency: str, account: str) -> dict[str, Any]:
     """Charge `amount` (a decimal string) in `currency` to the card on file for `account`."""
-    _maybe_die("before-send")
-    in_flight = None
-    if random.random() < KILL_P:  # killed while the request is on its way or being served
-        in_flight = threading.Timer(random.uniform(0.0, 0.06), _die, ["in-flight"])
-        in_flight.start()
-    response = httpx.post(
-        os.environ["SANDBOX_PAYMENTS_URL"] + "/charges",
-        json={"amount": amount, "currency": currency, "account": account},
-        headers={"Idempotency-Key": current_effect().idempotency_key},
-        timeout=10,
-    )
-    if in_flight is not None:
-        in_flight.cancel()
-    response.raise_for_status()
-    _maybe_die("after-answer")
-    charge: dict[str, Any] = response.json()
-    return charge
+    return crash_points.charge(amount, currency, account, KILL_P)
 
 
 def payment(index: int) -> dict[str, Any]:
