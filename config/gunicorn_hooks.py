@@ -14,6 +14,14 @@ import sys
 from typing import Any
 
 
+def pre_fork(server: Any, worker: Any) -> None:
+    """The master loads the application before it forks (`--preload`, `devstack.web`): a
+    database connection it opened meanwhile must not be shared by its workers' processes."""
+    from django.db import connections
+
+    connections.close_all()
+
+
 def child_exit(server: Any, worker: Any) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess

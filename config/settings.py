@@ -241,7 +241,8 @@ LEDGER_MAX_BODY_BYTES = env_int("LEDGER_MAX_BODY_BYTES", 1024 * 1024, minimum=10
 # Our limit is enforced (413) by ledger.api.middleware; Django's own must not be lower.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(LEDGER_MAX_BODY_BYTES, 2_621_440)
 # The longest lease the agent API grants (claims, intents with a claim, heartbeats; the schema's
-# own bound is 3600). Restore mode reaches back this far before the loss (ledger.restore.state).
+# own bound is 3600). Restore mode reaches back this far before the loss
+# (ledger.rules.restore_state).
 LEDGER_MAX_LEASE_SECONDS = env_int("LEDGER_MAX_LEASE_SECONDS", 3600, minimum=1, maximum=3600)
 LEDGER_DEFAULT_LEASE_SECONDS = env_int("LEDGER_DEFAULT_LEASE_SECONDS", 60, minimum=1)
 if LEDGER_DEFAULT_LEASE_SECONDS > LEDGER_MAX_LEASE_SECONDS:
@@ -290,12 +291,12 @@ LEDGER_SEAL_GRACE = env_duration("LEDGER_SEAL_GRACE", "5m")
 LEDGER_CHAIN_HEAD_FILE = env_str(
     "LEDGER_CHAIN_HEAD_FILE", str(BASE_DIR / "var" / "chain-heads.jsonl")
 )
-# The witness (`ledger.restore.witness`): a file on other storage than the database, rewritten
+# The witness (`ledger.audit.witness`): a file on other storage than the database, rewritten
 # every minute, that lets the ledger notice its database went back in time (a restore, a
 # failover that lost commits). Empty: no witness, and restore mode only by hand.
 LEDGER_WITNESS_PATH = env_str("LEDGER_WITNESS_PATH", "")
 
-# --- Alerts (reviews.alerts, ledger.containment.outbox) --------------------------------------
+# --- Alerts (reviews.alerts, ledger.rules.outbox) -------------------------------------------
 # How long a review item may stay open before it is overdue (tools may set resolve_within);
 # alerts go out at 75% of it and when it passes.
 LEDGER_RESOLVE_WITHIN = env_duration("LEDGER_RESOLVE_WITHIN", "24h")
@@ -329,6 +330,34 @@ if LEDGER_ALERT_WEBHOOK_FORMAT not in ("json", "slack") or (
         "LEDGER_ALERT_WEBHOOK_FORMAT must be json or slack, LEDGER_ALERT_WEBHOOK_URL an http(s) "
         "URL, and with the json format LEDGER_ALERT_WEBHOOK_SECRET must have 16+ characters."
     )
+
+# --- Deciding from Slack and from email (reviews.remote, ADR 0020) ---------------------------
+# Slack's interactivity: with the Slack app's signing secret set, alerts posted to Slack carry
+# decision buttons and POST /slack/interactions takes their presses (docs/operations/slack-app.md).
+# During a rotation the old secret is LEDGER_SLACK_OLD_SIGNING_SECRET; either verifies.
+LEDGER_SLACK_SIGNING_SECRET = env_str("LEDGER_SLACK_SIGNING_SECRET", "")
+LEDGER_SLACK_OLD_SIGNING_SECRET = env_str("LEDGER_SLACK_OLD_SIGNING_SECRET", "")
+# The app's bot token: opens the modals that ask for a reason (views.open) and, in a workspace
+# trusted for it, reads a Slack user's email (users.info).
+LEDGER_SLACK_BOT_TOKEN = env_str("LEDGER_SLACK_BOT_TOKEN", "")
+# Where Slack's Web API is, and the only address response_urls may point at.
+LEDGER_SLACK_API_URL = env_str("LEDGER_SLACK_API_URL", "https://slack.com/api/")
+LEDGER_SLACK_RESPONSE_URL = env_str("LEDGER_SLACK_RESPONSE_URL", "https://hooks.slack.com/")
+# Workspaces (team ids) whose users may be mapped to an account by the email Slack holds for
+# them, when it is an SSO account's email the identity provider verified; elsewhere only an
+# explicit link maps a Slack user.
+LEDGER_SLACK_EMAIL_TRUSTED_TEAMS = env_list("LEDGER_SLACK_EMAIL_TRUSTED_TEAMS", [])
+# Slack waits three seconds for an answer: each call to its Web API gets this long.
+LEDGER_SLACK_TIMEOUT = env_int("LEDGER_SLACK_TIMEOUT", 2, minimum=1)
+# How long the link that lets a Slack user link their account stays valid.
+LEDGER_SLACK_LINK_MAX_AGE = env_duration("LEDGER_SLACK_LINK_MAX_AGE", "15m")
+# Alert emails carry a signed, single-use link per decision offered, valid this long.
+LEDGER_EMAIL_LINKS = env_bool("LEDGER_EMAIL_LINKS", True)
+LEDGER_EMAIL_LINK_MAX_AGE = env_duration("LEDGER_EMAIL_LINK_MAX_AGE", "24h")
+if LEDGER_SLACK_SIGNING_SECRET and len(LEDGER_SLACK_SIGNING_SECRET) < 16:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("LEDGER_SLACK_SIGNING_SECRET must have 16+ characters.")
 
 # --- Agent notifications (ledger.api.longpoll, ledger.api.notifications) ---------------------
 # Long polls (GET /effects/{id}?wait=N) waiting at once in one process; the rest are answered at

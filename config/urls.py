@@ -4,9 +4,16 @@ from django.urls import include, path
 from django.utils.functional import lazy
 from django.views.generic import RedirectView
 
-from ledger.api.endpoints import api
-from ledger.observability.metrics import metrics_view
+from ledger.api.app import api
+from ledger.overview.scrape import metrics_view
+from reconcilers.providers.callbacks import router as callbacks
+from reviews.operatorapi.endpoints import router as operator
 from reviews.sso import views as sso
+
+# Callbacks in a provider's own signature scheme, beside the agent API and in its document.
+api.add_router("/callbacks", callbacks)
+# The operator API: a person's token, the page's rules (reviews.operatorapi), in the same document.
+api.add_router("/operator", operator)
 
 urlpatterns = [
     path("login/", sso.SignInView.as_view(), name="login"),

@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from ledger.audit.retention import REDACTED, REDACTED_TARGET
-from ledger.containment.limits import amount_limits
+from ledger.containment.keys import revoke
 from ledger.models import (
     Agent,
     AllTeamsGrant,
@@ -22,7 +22,7 @@ from ledger.models import (
     Tool,
 )
 from ledger.models.statements import Incident, StatementImport, StatementLine
-from ledger.policy.agentkeys import revoke
+from ledger.policy.money import amount_limits
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -267,7 +267,7 @@ class RunAdmin(ReadOnlyAdmin):
 
 @admin.register(ReviewItem)
 class ReviewItemAdmin(admin.ModelAdmin):
-    """Only the assignee can be changed here. An item is opened by `ledger.containment.reviewqueue`
+    """Only the assignee can be changed here. An item is opened by `ledger.rules.reviewqueue`
     and
     closed by a decision (`reviews.decisions`), which records a decision effect and moves the
     target in the same transaction; closing or deleting it here would leave no trace."""

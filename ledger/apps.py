@@ -22,6 +22,11 @@ class LedgerConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(keys_match_the_database, "ledger_keys")
+        from ledger.containment import duplicates
+        from ledger.effects import outcomes
+
+        # A move may find a duplicate; what a duplicate means is an act of a floor above it.
+        outcomes.duplicate_found.connect(duplicates.on_late_report, dispatch_uid="late-duplicate")
         from ledger.restore import incarnation
 
         incarnation.watch()

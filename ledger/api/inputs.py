@@ -6,11 +6,11 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from ledger.audit.redaction import SHOWN, scrub_cards
 from ledger.effects.businesskeys import effect_key_for
 from ledger.effects.intents import Intent
 from ledger.errors import ValidationFailed
 from ledger.jsonenc import OversizedNumber
+from ledger.policy.redaction import SHOWN, scrub_cards
 from ledger.policy.tools import Policy
 
 MAX_DEPTH = 32

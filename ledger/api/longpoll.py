@@ -19,6 +19,7 @@ them all once it listens again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -34,7 +35,8 @@ from django.db import connection
 from psycopg import pq
 
 from ledger.api.notifications import CHANNEL
-from ledger.models import Effect
+from ledger.effects.agentcalls import Answer, answer, own_effect, read_own
+from ledger.models import Agent, Effect
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.longpoll")
@@ -276,3 +278,17 @@ def wait_for_change(
         return read()
     finally:
         ticket.release()
+
+
+def own_effect_after_change(agent: Agent, effect_id: Any, wait: int | None) -> tuple[Answer, bool]:
+    """The caller's effect (`GET /effects/{id}`): at once, or with `wait` as soon as its status
+    changes, or as it is after `wait` seconds. True beside it when every place to wait was
+    taken: it is the effect as it is now, and the caller is told when to ask again
+    (`RETRY_AFTER_SECONDS`)."""
+    if wait is None:
+        return read_own(agent, effect_id), False
+    read = functools.partial(own_effect, agent, effect_id)
+    effect = wait_for_change(effect_id, wait, read, owner=str(agent.id))
+    if effect is None:
+        return read_own(agent, effect_id), True
+    return answer(effect), False

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from ledger.api.cursors import JOURNAL_CURSOR, LIST_CURSOR
 from ledger.api.schemas import Label
-from ledger.effects.states import Status
+from ledger.models.states import Status
 
 
 class WaitQuery(Schema):

@@ -22,8 +22,8 @@ from pydantic import (
 
 from ledger.api.cursors import RECOVERY_CURSOR
 from ledger.api.notifications import allowed_callback_url
-from ledger.audit.redaction import holds_issued_card, scrub_cards
-from ledger.effects.states import Kind, Status
+from ledger.models.states import Kind, Status
+from ledger.policy.redaction import holds_issued_card, scrub_cards
 
 
 def _no_card(value: str) -> str:
@@ -57,7 +57,7 @@ def _whole_number(value: Any) -> Any:
 
 def _within_max_lease(value: int) -> int:
     """The deployment's bound (`LEDGER_MAX_LEASE_SECONDS`), read per request: restore mode
-    reaches back as far as the longest lease (`ledger.restore.state.longest_lease`)."""
+    reaches back as far as the longest lease (`ledger.rules.restore_state.longest_lease`)."""
     bound = settings.LEDGER_MAX_LEASE_SECONDS
     if value > bound:
         raise ValueError(f"must be at most {bound} (LEDGER_MAX_LEASE_SECONDS)")
@@ -278,6 +278,12 @@ class RecoveryOut(Schema):
 class ErrorOut(Schema):
     error: str
     detail: str
+
+
+# The error answers every operation declares (each with `ErrorOut`'s body).
+ERRORS: dict[int, type[Schema]] = {
+    status: ErrorOut for status in (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
+}
 
 
 class HealthOut(Schema):

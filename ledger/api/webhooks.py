@@ -19,16 +19,17 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from ledger.audit.redaction import excerpt, scrub_cards
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.events import record_event
-from ledger.effects.states import TERMINAL, Status
+from ledger.containment.duplicates import report_duplicate
+from ledger.effects.agentcalls import Answer, answer
 from ledger.effects.transitions import Superseded, transition
 from ledger.errors import InvalidTransition, LedgerError, NotFound, ValidationFailed
 from ledger.models import Effect, EventKind, Reason, Tool, WebhookDelivery
+from ledger.models.states import TERMINAL, Status
+from ledger.policy.redaction import excerpt, scrub_cards
 from ledger.policy.tools import policy_for
-from ledger.provider.duplicates import report_duplicate
-from ledger.provider.matching import differences
+from ledger.rules.events import record_event
+from ledger.rules.matching import differences
+from ledger.rules.reviewqueue import open_review
 
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _RESOLVABLE = (Status.DISPATCHING, Status.AWAITING_CONFIRMATION, Status.UNKNOWN)
@@ -42,6 +43,14 @@ class BadSignature(LedgerError):
 def sign(secret: str, timestamp: int, body: bytes) -> str:
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={mac}"
+
+
+def secrets_of(provider: str) -> list[str]:
+    """The provider's callback secrets, the newest first (two while one rotates): from
+    LEDGER_WEBHOOK_SECRETS and LEDGER_WEBHOOK_OLD_SECRETS."""
+    secrets = [settings.LEDGER_WEBHOOK_SECRETS.get(provider)]
+    secrets.append(settings.LEDGER_WEBHOOK_OLD_SECRETS.get(provider))
+    return [secret for secret in secrets if secret]
 
 
 def verify(provider: str, header: str, body: bytes) -> str:
@@ -66,28 +75,53 @@ def verify(provider: str, header: str, body: bytes) -> str:
     raise BadSignature("The signature does not match.")
 
 
+def receive(provider: str, header: str, body: bytes, payload: dict[str, Any]) -> Answer:
+    """A callback as it arrived (`POST /webhooks/{provider}`): its signature header checked
+    against the raw body, then applied; the effect it settled, as the API shows it."""
+    return answer(deliver(provider, verify(provider, header, body), payload))
+
+
 def deliver(provider: str, signature: str, payload: dict[str, Any]) -> Effect:
-    """Apply a verified callback to the effect it names."""
+    """Apply a verified callback in the ledger's own scheme to the effect it names."""
     # Checked before the delivery is recorded, so that a refusal uses up no signature.
-    if len(scrub_cards(payload.get("provider_ref") or "")) > _LONGEST_REF:
+    check_ref(payload.get("provider_ref") or "")
+    accept_delivery(provider, signature)
+    effect = effect_of(provider, payload["idempotency_key"])
+    if effect is None:
+        raise NotFound("No effect of this provider has this idempotency key.")
+    return settle(effect, provider, payload)
+
+
+def check_ref(ref: str) -> None:
+    if len(scrub_cards(ref)) > _LONGEST_REF:
         raise ValidationFailed(
             "The provider ref is too long.",
             {"provider_ref": f"longer than {_LONGEST_REF} characters once cards are tokenized"},
         )
+
+
+def accept_delivery(provider: str, signature: str) -> None:
+    """Record a verified delivery by its signature; a signature seen before is a replay."""
     try:
         with transaction.atomic():
-            WebhookDelivery.objects.create(provider=provider, signature=signature)
+            WebhookDelivery.objects.create(provider=provider, signature=signature[:128])
     except IntegrityError:
         raise BadSignature("This signature was already used (replayed delivery).") from None
-    # Only effects of a tool that names this provider: one provider's signature must not
-    # settle another provider's effects. Anything else is "not found", so that nothing leaks.
-    effect = (
-        Effect.objects.filter(idempotency_key=payload["idempotency_key"])
+
+
+def effect_of(provider: str, idempotency_key: str) -> Effect | None:
+    """The effect a callback of this provider names. Only effects of a tool that names this
+    provider: one provider's signature must not settle another provider's effects."""
+    return (
+        Effect.objects.filter(idempotency_key=idempotency_key)
         .filter(tool__in=Tool.objects.filter(webhook_provider=provider).values("name"))
         .first()
     )
-    if effect is None:
-        raise NotFound("No effect of this provider has this idempotency key.")
+
+
+def settle(effect: Effect, provider: str, payload: dict[str, Any]) -> Effect:
+    """What a verified callback says of an effect (`status` confirmed or failed, and the
+    provider's `provider_ref` and `response`), applied as the ledger applies any outcome."""
     to = Status(payload["status"])
     redact = policy_for(effect.tool).redactor
     ref = redact.text(payload.get("provider_ref") or "")

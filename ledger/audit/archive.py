@@ -45,10 +45,10 @@ from django.utils import timezone
 
 from ledger import jsonenc
 from ledger.audit import partitions, seal
-from ledger.effects import digests
-from ledger.effects.states import TERMINAL, sql_list
 from ledger.models import EventKind, EventSeal, Tool
 from ledger.models.audit import ArchivedMonth
+from ledger.models.states import TERMINAL, sql_list
+from ledger.policy import digests
 
 log = logging.getLogger("ledger.archive")
 

@@ -40,9 +40,9 @@ from django.db.models import Expression, F, Func, JSONField, QuerySet, TextField
 from django.db.models.functions import Now
 from django.http import QueryDict
 
-from ledger.audit.redaction import scrub_cards
-from ledger.effects.states import Kind, Status
 from ledger.models import AuditExport, Effect, EffectEvent
+from ledger.models.states import Kind, Status
+from ledger.policy.redaction import scrub_cards
 from ledger.policy.teams import effects_q
 
 DATASETS = ("effects", "events", "decisions")

@@ -52,9 +52,9 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from ledger import jsonenc
-from ledger.effects.events import EVENT_COLUMNS, event_values
-from ledger.effects.states import TERMINAL, sql_list
 from ledger.models import Effect, EffectEvent, EventKind, ReviewItem, Tool
+from ledger.models.states import TERMINAL, sql_list
+from ledger.rules.events import EVENT_COLUMNS, event_values
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.retention")

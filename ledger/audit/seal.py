@@ -34,9 +34,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger import jsonenc
-from ledger.effects import digests
 from ledger.models import EffectEvent, EventKind, EventSeal, RestoreWindow
 from ledger.models.audit import ArchivedMonth
+from ledger.policy import digests
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.seal")

@@ -21,10 +21,10 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ledger.containment import outbox
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.events import record_event
 from ledger.models import Agent, AlertKind, Effect, EventKind, Reason
+from ledger.rules import outbox
+from ledger.rules.events import record_event
+from ledger.rules.reviewqueue import open_review
 
 WINDOW_MINUTES = 15
 _EFFECTS = Effect._meta.db_table

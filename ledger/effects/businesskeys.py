@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.containment.limits import value_at
-from ledger.effects import digests
 from ledger.errors import ValidationFailed
+from ledger.policy import digests
+from ledger.policy.money import value_at
 from ledger.policy.tools import Policy
 
 # run_id and step_id are at most 200 characters each; with ":" twice and the 17-character

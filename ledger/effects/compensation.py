@@ -9,7 +9,6 @@ from typing import Any
 from django.db import DatabaseError, transaction
 
 from ledger.effects.intents import Intent, find_repeat, record_intent
-from ledger.effects.states import INCOMPLETE, Kind, Status
 from ledger.effects.transitions import DUPLICATE_REFUND
 from ledger.errors import (
     CompensationLimitReached,
@@ -22,6 +21,7 @@ from ledger.errors import (
     ValidationFailed,
 )
 from ledger.models import Agent, Effect, EffectDependency, RequestedBy
+from ledger.models.states import INCOMPLETE, Kind, Status
 from ledger.policy.tools import Policy, policy_for
 
 # What the insert trigger of `ledger/sql/compensations.sql` raises on an agent's compensation
@@ -239,9 +239,7 @@ def _check_agents_count(parent: Effect, policy: Policy) -> None:
     """At most the tool's `compensations_per_parent` of the agent's own compensations of one
     effect, cancelled ones aside. Runs with the parent locked, like the trigger's count."""
     taken = list(
-        Effect.objects.filter(
-            parent=parent, kind=Kind.COMPENSATION, requested_by=RequestedBy.AGENT
-        )
+        Effect.objects.filter(parent=parent, kind=Kind.COMPENSATION, requested_by=RequestedBy.AGENT)
         .exclude(status=Status.CANCELLED)
         .values_list("id", flat=True)
     )

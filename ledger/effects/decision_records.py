@@ -16,11 +16,11 @@ from typing import Any
 
 from django.db.models.functions import Now
 
-from ledger.audit.redaction import Redactor, scrub_cards
 from ledger.effects.intents import Intent, effect_row, insert_effect
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import SqlExpr, Superseded, one_effect, record_event
 from ledger.models import Agent, Effect, EventKind, RequestedBy, ReviewItem
+from ledger.models.states import Kind, Status
+from ledger.policy.redaction import Redactor, scrub_cards
 from ledger.policy.tools import policy_for
 
 # The pseudo-tool under which decision effects are recorded.

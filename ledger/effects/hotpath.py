@@ -40,10 +40,8 @@ from typing import Any
 import psycopg
 from django.db import connection, models, transaction
 
-from ledger.effects import digests
 from ledger.effects.intents import Intent, effect_row
 from ledger.effects.outcomes import FENCE, evidence, read_report
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import (
     EVENT_COLUMNS,
     SqlExpr,
@@ -53,8 +51,9 @@ from ledger.effects.transitions import (
     seconds_from_now,
 )
 from ledger.models import Effect, EffectDependency, EffectEvent, EventKind, Run
+from ledger.models.states import Kind, Status
 from ledger.observability.metrics import count_transition
-from ledger.policy import keyuse
+from ledger.policy import digests, keyuse
 from ledger.policy.tools import Policy
 
 _EFFECTS = Effect._meta.db_table

@@ -9,12 +9,6 @@ from typing import Any
 
 from django.db import connection
 
-from ledger.audit.redaction import Redactor
-from ledger.containment.four_eyes import needs_approval
-from ledger.containment.limits import amount_of
-from ledger.containment.reviewqueue import open_review
-from ledger.effects import digests
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import SqlExpr, column_values, one_effect, record_event
 from ledger.errors import EffectKeyConflict, Forbidden, ValidationFailed
 from ledger.models import (
@@ -27,8 +21,14 @@ from ledger.models import (
     RequestedBy,
     Run,
 )
+from ledger.models.states import Kind, Status
+from ledger.policy import digests
+from ledger.policy.money import amount_of
+from ledger.policy.redaction import Redactor
 from ledger.policy.tools import Policy
-from ledger.restore.state import starts_in_doubt
+from ledger.rules.four_eyes import needs_approval
+from ledger.rules.restore_state import starts_in_doubt
+from ledger.rules.reviewqueue import open_review
 
 _EFFECT_TABLE = Effect._meta.db_table
 _RUN_TABLE = Run._meta.db_table
@@ -174,10 +174,11 @@ def first_status(agent: Agent, intent: Intent, policy: Policy) -> Status:
     passes: the agent's mode, and an amount the tool's limits can read (422 otherwise).
     Four-eyes is decided once, here: awaiting_approval above the tool's threshold. In restore
     mode an agent's action whose tool cannot deduplicate it starts in doubt (`unknown`): it may
-    be an effect the ledger lost, posted again (`ledger.restore.state`). So does a compensation,
-    an operator's or an agent's: one decided again after a restore gets the key the lost one
-    had, which protects only a provider that honours keys; in doubt, reconciliation looks it up
-    by key before it can be sent. Four-eyes goes first: an approver decides on it either way."""
+    be an effect the ledger lost, posted again (`ledger.rules.restore_state`). So does a
+    compensation, an operator's or an agent's: one decided again after a restore gets the key
+    the lost one had, which protects only a provider that honours keys; in doubt,
+    reconciliation looks it up by key before it can be sent. Four-eyes goes first: an approver
+    decides on it either way."""
     check_mode(agent, policy)
     amount_of(policy, intent.request)
     if needs_approval(policy, intent.request):

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import Signal
 
-from ledger.effects import digests
-from ledger.effects.states import OUTCOME_TARGETS, Status
 from ledger.effects.transitions import (
     SqlExpr,
     Superseded,
@@ -20,12 +19,18 @@ from ledger.effects.transitions import (
 from ledger.effects.wakeups import wake
 from ledger.errors import StaleLease
 from ledger.models import Effect, EffectEvent, EventKind
+from ledger.models.states import OUTCOME_TARGETS, Status
+from ledger.policy import digests
 from ledger.policy.tools import Policy
-from ledger.provider.duplicates import report_duplicate
 
 _FOLLOW_UP = frozenset({Status.CONFIRMED, Status.FAILED, Status.UNKNOWN})
 _DEFAULT_CONFIRM_WITHIN = 3600
 POLL_SECONDS = 30
+# A late report names another provider reference than the one recorded: the provider may hold
+# two charges. Sent inside the report's transaction, with the effect, the actor and the two
+# references as `evidence`. What a duplicate means (a review item, the tool's halt) is an act of
+# the floor above, `ledger.containment.duplicates`; `ledger.apps` connects it at start.
+duplicate_found = Signal()
 
 
 def _same(recorded: str | None, given: str) -> bool:
@@ -113,9 +118,11 @@ def record_outcome(
 ) -> tuple[Effect, bool]:
     """Apply an outcome under the caller's lease. Returns (effect, repeated).
 
-    A repeat (same token, status, provider_ref and response) changes nothing. Anything else
-    from a token that no longer holds the lease is refused with `stale_lease` and kept as a
-    `late_outcome` event: evidence is never thrown away.
+    A repeat (same token, status, provider_ref and response) changes nothing. So does a report
+    from the latest lease that agrees with what a callback or a lookup settled meanwhile (the
+    same final status and provider reference): it is kept as a `late_outcome` event and
+    answered as a repeat. Anything else from a token that no longer holds the lease is refused
+    with `stale_lease` and kept as a `late_outcome` event: evidence is never thrown away.
     """
     report = read_report(
         effect,
@@ -146,11 +153,24 @@ def record_outcome(
             return moved, False
         except Superseded:
             effect = Effect.objects.get(pk=effect.pk)
+    return _late(effect, token, report, status=status, provider_ref=provider_ref, actor=actor)
+
+
+def _late(
+    effect: Effect, token: str, report: Report, *, status: str, provider_ref: str, actor: str
+) -> tuple[Effect, bool]:
+    """A report from a token that no longer holds the lease: kept as a `late_outcome` event,
+    answered as a repeat when it agrees with what settled the effect meanwhile, else refused."""
     if not _was_issued(effect, token):
         raise StaleLease("This lease token was never issued for this effect.", status=effect.status)
+    changes, target = report.changes, report.target
     _keep_late_outcome(
         effect, status=status, provider_ref=provider_ref, changes=changes, actor=actor
     )
+    if _agrees(effect, target, changes) and _last_lease(effect, token):
+        # A callback (or a lookup) settled the effect while its lease holder was still
+        # reporting, and the report says the same: the holder's work is done, not lost.
+        return effect, True
     raise StaleLease(
         "This lease token no longer holds the effect; the report was kept as a late outcome.",
         status=effect.status,
@@ -160,6 +180,28 @@ def record_outcome(
 def evidence(changes: dict[str, Any], status: str) -> dict[str, Any]:
     shown = {k: v for k, v in changes.items() if k in ("provider_ref", "response", "error")}
     return {"outcome": status, **shown}
+
+
+def _agrees(effect: Effect, target: Status, changes: dict[str, Any]) -> bool:
+    """Does a report say what the effect already holds: the same final status and, where
+    both name one, the same provider reference?"""
+    if effect.status != target or target not in (Status.CONFIRMED, Status.FAILED):
+        return False
+    reported = changes.get("provider_ref", "")
+    return not reported or not effect.provider_ref or reported == effect.provider_ref
+
+
+def _last_lease(effect: Effect, token: str) -> bool:
+    """Was `token` handed out by the effect's latest claim (not an earlier, superseded one)?"""
+    last = (
+        EffectEvent.objects.filter(
+            effect=effect, kind=EventKind.TRANSITION, to_status=Status.DISPATCHING
+        )
+        .order_by("-id")
+        .values_list("data__lease", flat=True)
+        .first()
+    )
+    return last == digests.lease_digest(token)
 
 
 def _was_issued(effect: Effect, token: str) -> bool:
@@ -190,12 +232,9 @@ def _keep_late_outcome(
         reported = changes.get("provider_ref", "")
         if reported and recorded and reported != recorded:
             # Two provider references for one effect: the provider may hold two charges.
-            report_duplicate(
-                effect.id,
-                effect.tool,
-                status=effect.status,
+            duplicate_found.send(
+                Effect,
+                effect=effect,
                 actor=actor,
-                kind=EventKind.LATE_OUTCOME,
                 evidence={"provider_ref": reported, "recorded_ref": recorded},
-                recorded=True,
             )

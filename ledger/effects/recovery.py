@@ -30,14 +30,14 @@ from django.db import connection
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
-from ledger.containment.halts import halted_among
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.interlocks import blocked_among
-from ledger.effects.states import INCOMPLETE, Status
 from ledger.effects.transitions import Superseded, transition
 from ledger.effects.wakeups import wake
 from ledger.models import Agent, Effect, EffectEvent, EventKind, Reason, RequestedBy, ReviewItem
+from ledger.models.states import INCOMPLETE, Status
 from ledger.policy.tools import Policy, policies_for
+from ledger.rules.halts import halted_among
+from ledger.rules.interlocks import blocked_among
+from ledger.rules.reviewqueue import open_review
 
 RETRY_SAFE, RECONCILE, REVIEW, WAIT = "retry_safe", "reconcile", "review", "wait"
 # Why a retry under the same idempotency key cannot do the effect twice.

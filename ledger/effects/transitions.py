@@ -18,17 +18,7 @@ from django.db.models import JSONField
 from django.db.models.functions import Now
 
 from ledger import jsonenc
-from ledger.containment.four_eyes import refuse_claim
-from ledger.containment.halts import active_halt_for, claim_refusal
-from ledger.containment.halts import refusal as halt_refusal
-from ledger.containment.halts import refusal_from_trigger as halt_refusal_from_trigger
-from ledger.containment.limits import NON_RECEIPT, release, release_sql
-from ledger.containment.limits import refusal_from_trigger as limit_refusal
-from ledger.containment.reviewqueue import close_settled_reviews, open_review, settles
-from ledger.effects import digests
-from ledger.effects.events import EVENT_COLUMNS, event_values, record_event
-from ledger.effects.interlocks import blocked_by, cancel_dependents
-from ledger.effects.states import UPSTREAM_DEAD, Kind, Status, is_allowed
+from ledger.effects.interlocks import cancel_dependents
 from ledger.errors import (
     AttemptsExhausted,
     Blocked,
@@ -37,8 +27,18 @@ from ledger.errors import (
     StaleLease,
 )
 from ledger.models import Effect, EffectEvent, EventKind, Reason, ReviewItem
+from ledger.models.states import UPSTREAM_DEAD, Kind, Status, is_allowed
 from ledger.observability.metrics import count_transition
-from ledger.policy import keyuse
+from ledger.policy import digests, keyuse
+from ledger.rules.events import EVENT_COLUMNS, event_values, record_event
+from ledger.rules.four_eyes import refuse_claim
+from ledger.rules.halts import active_halt_for, claim_refusal
+from ledger.rules.halts import refusal as halt_refusal
+from ledger.rules.halts import refusal_from_trigger as halt_refusal_from_trigger
+from ledger.rules.interlocks import blocked_by
+from ledger.rules.limits import NON_RECEIPT, release, release_sql
+from ledger.rules.limits import refusal_from_trigger as limit_refusal
+from ledger.rules.reviewqueue import close_settled_reviews, open_review, settles
 
 # Statuses that end the effect's own story (compensation aside): `resolved_at` is set on entry.
 _RESOLVING = frozenset({Status.CONFIRMED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED})
@@ -330,7 +330,7 @@ def _move_group(
         "digest text) ON e.n = moved._n ORDER BY e.k)",
     ]
     if releases:
-        # Proof it never left: its amount stops counting (`ledger.containment.limits`).
+        # Proof it never left: its amount stops counting (`ledger.rules.limits`).
         ctes.append(f"released AS ({release_sql('SELECT id FROM moved')})")
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} SELECT id, status, kind FROM moved", params)

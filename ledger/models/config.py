@@ -165,7 +165,7 @@ class Agent(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
     # Limits an admin sets (the admin, `manage.py agentlimits`); read by every claim of the
-    # agent's effects (`ledger.containment.limits`). NULL / {}: no limit. Amounts as {"EUR":
+    # agent's effects (`ledger.rules.limits`). NULL / {}: no limit. Amounts as {"EUR":
     # "500.00"}.
     limit_claims_per_minute = models.PositiveIntegerField(null=True, blank=True)
     limit_amount_per_day = models.JSONField(default=dict, db_default={}, blank=True)
@@ -251,6 +251,9 @@ class Tool(models.Model):
     # The provider (a name in LEDGER_WEBHOOK_SECRETS) whose signed callbacks may settle this
     # tool's effects; blank: no callback can.
     webhook_provider = models.CharField(max_length=100, blank=True)
+    # The provider's own report format its statements come in (`ledger.statements.formats`);
+    # blank: the ledger's own columns.
+    statement_format = models.CharField(max_length=100, blank=True, db_default="")
     max_attempts = models.PositiveSmallIntegerField(default=3)
     # As a compensating tool: how many compensations an agent may record against one parent
     # (partial refunds); operators are not counted (`ledger/sql/compensations.sql`).
@@ -261,7 +264,7 @@ class Tool(models.Model):
     resolve_within = models.DurationField(null=True, blank=True)
     # The provider's back-office window: how long its own record stays correctable (a void, a
     # refund), from the effect's creation. A review item is due when it closes, if that comes
-    # before `resolve_within` (`ledger.containment.reviewqueue`).
+    # before `resolve_within` (`ledger.rules.reviewqueue`).
     backoffice_window = models.DurationField()
     retention = models.DurationField()
     # Field names exempt from the card-number scan (a 13-digit millisecond timestamp).
@@ -276,7 +279,7 @@ class Tool(models.Model):
     mode = models.CharField(
         max_length=4, choices=Mode.choices, default=Mode.LIVE, db_default=Mode.LIVE
     )
-    # Limits on claims of this tool's effects (`ledger.containment.limits`): NULL / {}: none.
+    # Limits on claims of this tool's effects (`ledger.rules.limits`): NULL / {}: none.
     # Amounts per currency as exact decimal strings ({"EUR": "500.00"}); they need the two paths
     # below.
     limit_claims_per_minute = models.PositiveIntegerField(null=True, blank=True)
@@ -284,10 +287,10 @@ class Tool(models.Model):
     # Dotted paths into the request where its amount and currency are ("payment.amount").
     amount_path = models.CharField(max_length=200, blank=True, db_default="")
     currency_path = models.CharField(max_length=200, blank=True, db_default="")
-    # Four-eyes (`ledger.containment.four_eyes`): an intent whose amount is above this (major units,
+    # Four-eyes (`ledger.rules.four_eyes`): an intent whose amount is above this (major units,
     # exact) waits in awaiting_approval for a second operator. NULL: never.
     approve_above = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
-    # The provider's own record (`ledger.provider.lookup_absence`, `ledger.statements`).
+    # The provider's own record (`ledger.rules.lookup_absence`, `ledger.statements`).
     # The longest one provider call may take: no call starts on a lease with less left.
     call_timeout = models.DurationField(null=True, blank=True)
     # How long after a request the provider's search may still not show it.

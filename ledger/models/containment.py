@@ -31,7 +31,7 @@ class AlertKind(models.TextChoices):
 
 class Alert(models.Model):
     """The alert outbox: one row per thing to tell people, written in the transaction (or by
-    the sweep) that saw it and sent later by one sender (`ledger.containment.outbox`,
+    the sweep) that saw it and sent later by one sender (`ledger.rules.outbox`,
     `reviews.alerts`). Its id is the email's Message-ID and the webhook's Idempotency-Key."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -55,7 +55,7 @@ class Alert(models.Model):
             models.UniqueConstraint(fields=["kind", "key"], name="alert_once_uniq"),
         ]
         indexes = [
-            # The sender's queue (ledger.containment.outbox.lease): unsent alerts by when they may
+            # The sender's queue (ledger.rules.outbox.lease): unsent alerts by when they may
             # go.
             models.Index(
                 fields=["leased_until", "created_at"],
@@ -76,9 +76,9 @@ class HaltScope(models.TextChoices):
 
 
 class Halt(models.Model):
-    """A kill switch: no claim of an effect it covers commits while it is active
-    (`ledger.containment.halts`;
-    the claim trigger of migration 0008 enforces it in PostgreSQL, for old processes too)."""
+    """A halt: no claim of an effect it covers commits while it is active, from `since` until
+    it is resumed (`ledger.containment.halts`; the claim trigger, `ledger/sql/halts.sql`,
+    enforces it in PostgreSQL, for old processes too)."""
 
     scope = models.CharField(max_length=8, choices=HaltScope.choices)
     # A tool's or agent's name, or a run_id (run ids are not per agent here); "" for scope `all`.
@@ -92,8 +92,10 @@ class Halt(models.Model):
     since = models.DateTimeField(db_default=Now())
     # Compensations run through agent, run and `all` halts unless this says otherwise.
     include_compensations = models.BooleanField(default=False)
-    lifted_at = models.DateTimeField(null=True, blank=True)
-    lifted_by = models.CharField(max_length=200, blank=True)
+    # Set when it is resumed, and by whom; NULL while it is active. (Named `lifted_at` and
+    # `lifted_by` until migration 0037.)
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resumed_by = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [
@@ -102,12 +104,12 @@ class Halt(models.Model):
             # through them. An admin's run halt and a team's of the same run are two.
             models.UniqueConstraint(
                 fields=["scope", "value"],
-                condition=Q(lifted_at__isnull=True, teams__isnull=True),
+                condition=Q(resumed_at__isnull=True, teams__isnull=True),
                 name="halt_active_uniq",
             ),
             models.UniqueConstraint(
                 fields=["scope", "value", "teams"],
-                condition=Q(lifted_at__isnull=True, teams__isnull=False),
+                condition=Q(resumed_at__isnull=True, teams__isnull=False),
                 name="halt_active_teams_uniq",
             ),
             models.CheckConstraint(
@@ -122,10 +124,10 @@ class Halt(models.Model):
 
 class LimitCounter(models.Model):
     """Claims counted against a per-minute limit: one row per (scope, period), where scope is
-    "tool:<name>" or "agent:<id>" and period the calendar minute. `ledger.containment.limits` raises
+    "tool:<name>" or "agent:<id>" and period the calendar minute. `ledger.rules.limits` raises
     `used` with a conditional UPDATE in the claim's own transaction, so only claims under the
     same limit wait for each other. Also the row whose lock orders amount charges per
-    (scope, currency): period "24h" (see `ledger.containment.limits`)."""
+    (scope, currency): period "24h" (see `ledger.rules.limits`)."""
 
     scope = models.CharField(max_length=120)
     period = models.CharField(max_length=32)
@@ -146,7 +148,7 @@ class LimitCounter(models.Model):
 
 class AmountCharge(models.Model):
     """An effect's amount, counted once against one amount limit until it is released on proof
-    of non-receipt (the row is deleted then). `ledger.containment.limits` sums the rows of the last
+    of non-receipt (the row is deleted then). `ledger.rules.limits` sums the rows of the last
     24 h."""
 
     # No index of its own: the unique (effect, scope) below leads with it.
@@ -165,7 +167,7 @@ class AmountCharge(models.Model):
             models.UniqueConstraint(fields=["effect", "scope"], name="amountcharge_once_uniq"),
         ]
         indexes = [
-            # The rolling sum in ledger.containment.limits: one limit's charges of the last 24 h.
+            # The rolling sum in ledger.rules.limits: one limit's charges of the last 24 h.
             models.Index(
                 fields=["scope", "currency", "charged_at"], name="amountcharge_window_idx"
             ),

@@ -9,9 +9,9 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from ledger.effects.states import INCOMPLETE, TERMINAL, TRANSITIONS, Kind, Status
 from ledger.jsonenc import ExactJSONDecoder, ExactJSONEncoder
 from ledger.models.config import Agent
+from ledger.models.states import INCOMPLETE, TERMINAL, TRANSITIONS, Kind, Status
 
 _incomplete = Q(status__in=sorted(INCOMPLETE))
 
@@ -127,7 +127,7 @@ class Effect(models.Model):
     amount_minor = models.BigIntegerField(null=True, blank=True)
     currency = models.CharField(max_length=3, blank=True, db_default="")
     # An effect retried on a proof of absence gets one more lookup this long after it next
-    # resolves (`ledger.provider.lookup_absence`): a first request that landed late shows up as a
+    # resolves (`ledger.rules.lookup_absence`): a first request that landed late shows up as a
     # duplicate.
     tail_check_at = models.DateTimeField(null=True, blank=True)
     # Set by an admin: retention keeps this effect's payloads (`ledger.audit.retention`).
@@ -189,7 +189,7 @@ class Effect(models.Model):
                 name="effect_planned_comp_idx",
                 condition=Q(kind=Kind.COMPENSATION, status=Status.PLANNED),
             ),
-            # The tail checks (`ledger.provider.lookup_absence`): effects due for one more lookup.
+            # The tail checks (`ledger.rules.lookup_absence`): effects due for one more lookup.
             models.Index(
                 fields=["tail_check_at"],
                 name="effect_tail_check_idx",
@@ -267,7 +267,7 @@ class EventKind(models.TextChoices):
     # the append-only trigger lets the effect's earlier events' data become {"redacted": true}.
     RETENTION_PURGE = "retention_purge"
     # A machine settled the effect and closed its open review item
-    # (`ledger.containment.reviewqueue`).
+    # (`ledger.rules.reviewqueue`).
     REVIEW_CLOSED = "review_closed"
     # The effect repeats an earlier one's request in its run under another key
     # (`ledger.containment.repeated`): a possible duplicate, raised once.

@@ -25,7 +25,7 @@ class RestoreWindow(models.Model):
     source = models.CharField(max_length=8, choices=RestoreSource.choices)
     started_by = models.CharField(max_length=200)
     reason = models.CharField(max_length=2000)
-    # The witness's findings that opened it (`ledger.restore.witness.Finding.as_dict`).
+    # The witness's findings that opened it (`ledger.audit.witness.Finding.as_dict`).
     findings = models.JSONField(default=list, blank=True)
     # The chain as the database held it on entry, and the witness's head (the lost branch):
     # `verifyledger` accepts exported heads past `fork_seq` exported before `started_at`.
@@ -40,7 +40,7 @@ class RestoreWindow(models.Model):
 
     class Meta:
         # Opening or ending a window moves the configuration version: every process then reads
-        # whether restore mode is on afresh (`ledger.restore.state`).
+        # whether restore mode is on afresh (`ledger.rules.restore_state`).
         triggers = [_bumps_config_version("restorewindow_bumps_config")]
         constraints = [
             models.UniqueConstraint(

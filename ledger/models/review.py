@@ -95,9 +95,10 @@ class ReviewItem(models.Model):
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
     )
-    # When the assignee took it (a claim or an assignment): the effect page shows the claim as
-    # a soft lock, "olga is working on this since 10:02". NULL while nobody holds it.
-    claimed_at = models.DateTimeField(null=True, blank=True)
+    # Since when the assignee holds it (they held it, or were assigned it): the effect page shows
+    # the hold, "olga is working on this since 10:02". NULL while nobody holds it. (Named
+    # `claimed_at` until migration 0037.)
+    held_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -112,7 +113,7 @@ class ReviewItem(models.Model):
         "ledger.Effect", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     # Copies of the effect's tool, agent, run and creation time, written by the statement that
-    # opens the item (ledger.containment.reviewqueue): none of them ever changes on an effect, and
+    # opens the item (ledger.rules.reviewqueue): none of them ever changes on an effect, and
     # with them the queue filters, sorts and pages on this table alone, through the partial indexes
     # below, instead of joining a million effects first. NULL only on an item opened by
     # something other than that statement (migration 0016 filled in those that existed before

@@ -23,7 +23,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.audit.redaction import scrub_cards
+from ledger.policy.redaction import scrub_cards
 
 # Attributes every LogRecord has: not "extra" fields.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}

@@ -8,29 +8,20 @@ Under gunicorn every worker (and the rq worker and django-q cluster, which share
 directory) writes its counters to files in `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's
 multiprocess mode), and a scrape, whichever worker answers it, adds up all of them. Without
 that variable (tests, one process) the counters live in this process only. The gauges come
-from `ledger.observability.summary`.
-
-Who may scrape: whoever sends `Authorization: Bearer <LEDGER_METRICS_TOKEN>`. Without the
-setting `/metrics` does not exist (404): counts of effects by tool and status are business
-data, and a forgotten open endpoint is worse than a missing one.
+from `ledger.overview.summary`, and `/metrics` is served by `ledger.overview.scrape`.
 """
 
 from __future__ import annotations
 
-import hmac
 import os
+from collections.abc import Collection
 from functools import partial
 
-from django.conf import settings
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
-from django.views.decorators.cache import never_cache
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client import CollectorRegistry, Counter
 
 from ledger.models import Tool
 from ledger.observability.apimetrics import API_CALLS
-from ledger.observability.summary import SummaryCollector, tool_label
 from ledger.policy import configversion
 from ledger.policy.configversion import VersionedCache
 
@@ -38,44 +29,29 @@ MULTIPROCESS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
 # This process's own counters (in multiprocess mode they are also written to the shared files,
 # and the scrape reads those instead).
-_local = CollectorRegistry()
+LOCAL_REGISTRY = CollectorRegistry()
 
 TRANSITIONS = Counter(
     "ledger_transitions",
     "Committed status transitions of effects.",
     ["from_status", "to_status"],
-    registry=_local,
+    registry=LOCAL_REGISTRY,
 )
 RECONCILIATIONS = Counter(
     "ledger_reconciliations",
     "Reconciliation checks recorded, by tool and what the provider answered "
     "(found, not_found, inconclusive; no_lookup when nobody could be asked).",
     ["tool", "outcome"],
-    registry=_local,
+    registry=LOCAL_REGISTRY,
 )
 LIMIT_REFUSALS = Counter(
     "ledger_limit_refusals",
     "Claims refused by a limit, by the limit's scope (tool, agent) and kind "
     "(claims_per_minute, amount_per_day).",
     ["scope", "kind"],
-    registry=_local,
+    registry=LOCAL_REGISTRY,
 )
-_local.register(API_CALLS)
-
-summary = SummaryCollector()
-
-
-def _scrape_registry() -> CollectorRegistry:
-    if not MULTIPROCESS_DIR:
-        _local.register(summary)
-        return _local
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=MULTIPROCESS_DIR)
-    registry.register(summary)
-    return registry
-
-
-_registry = _scrape_registry()
+LOCAL_REGISTRY.register(API_CALLS)
 
 
 def count_transition(from_status: str, to_status: str) -> None:
@@ -108,26 +84,11 @@ def count_limit_refusal(scope: str, kind: str) -> None:
     LIMIT_REFUSALS.labels(scope, kind).inc()
 
 
-def _authorized(request: HttpRequest, token: str) -> bool:
-    scheme, _, offered = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(offered.encode(), token.encode())
+# The one `tool` label value of every tool nobody declared (no `Tool` row). Agents name tools
+# freely: a series per name would let any agent grow /metrics, and the memory behind every
+# scrape, without bound.
+UNDECLARED = "undeclared"
 
 
-@never_cache
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    token = settings.LEDGER_METRICS_TOKEN
-    if not token:
-        return HttpResponse("Not found.\n", status=404, content_type="text/plain")
-    if request.method != "GET":
-        response = HttpResponse("Only GET.\n", status=405, content_type="text/plain")
-        response["Allow"] = "GET"
-        return response
-    if not _authorized(request, token):
-        response = HttpResponse(
-            "A bearer token (LEDGER_METRICS_TOKEN) is required.\n",
-            status=401,
-            content_type="text/plain",
-        )
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
-    return HttpResponse(generate_latest(_registry), content_type=CONTENT_TYPE_LATEST)
+def tool_label(tool: str, declared: Collection[str]) -> str:
+    return tool if tool in declared else UNDECLARED

@@ -9,20 +9,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-import secrets
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 
-from django.db import connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, Q, QuerySet
-from django.db.models.functions import Now
+from django.db import connection
+from django.db.models import QuerySet
 
 from ledger.models import Agent, ApiKey, Mode
 from ledger.policy import configversion, keyuse
-from ledger.restore import witness
 
-_PREFIX_LEN = 12
+PREFIX_LEN = 12
 # The mode is absent from keys issued before modes existed.
 _KEY_SHAPE = re.compile(r"elk_(?:(test|live)_)?([0-9a-f]{12})_[A-Za-z0-9_-]{20,100}")
 _PREFIX = re.compile(r"(?:elk_)?(?:(?:test|live)_)?([0-9a-f]{12})")
@@ -68,27 +64,13 @@ class _Known:
 _known: configversion.VersionedCache[_Known] = configversion.VersionedCache()
 
 
-def _digest(key: str) -> str:
+def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
 # The reserved agent under which the ledger records its own decisions (halts, resumes):
 # created by migration 0008, and no key is ever issued for it, so no caller can act as it.
 SYSTEM_AGENT = "system"
-
-
-class ReservedAgent(ValueError):
-    """A key was asked for the reserved system agent."""
-
-
-def issue_key(agent: Agent, label: str = "") -> str:
-    """Create a key for `agent` and return it; only its digest is kept."""
-    if agent.name == SYSTEM_AGENT:
-        raise ReservedAgent(f"No key can be issued for the reserved agent {SYSTEM_AGENT!r}.")
-    prefix = secrets.token_hex(_PREFIX_LEN // 2)
-    key = f"elk_{agent.mode}_{prefix}_{secrets.token_urlsafe(32)}"
-    ApiKey.objects.create(agent=agent, prefix=prefix, digest=_digest(key), label=label)
-    return key
 
 
 def agent_for_key(key: str) -> Agent | None:
@@ -99,7 +81,7 @@ def agent_for_key(key: str) -> Agent | None:
         return None
     # The mode written in the key is authentic: the digest covers the whole key.
     mode, prefix = shape.group(1) or Mode.LIVE, shape.group(2)
-    digest = _digest(key)
+    digest = key_digest(key)
     fresh = configversion.seen_within(RECHECK_SECONDS)
     known = _known.get(digest, fresh) if fresh is not None else None
     if known is not None and known.expired():
@@ -131,30 +113,6 @@ def key_prefix(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def rotate(agent: Agent, *, expire_old_after: timedelta, label: str = "") -> tuple[str, int]:
-    """Issue `agent` a new key; its other live keys expire `expire_old_after` from now (by the
-    database clock), or earlier if they were to already. Returns (the new key, how many old keys
-    were given that expiry)."""
-    deadline = ExpressionWrapper(Now() + expire_old_after, output_field=DateTimeField())
-    with transaction.atomic():
-        expiring = (
-            ApiKey.objects.filter(agent=agent, revoked_at__isnull=True)
-            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=deadline))
-            .update(expires_at=deadline)
-        )
-        key = issue_key(agent, label=label)
-    configversion.expire()  # an UPDATE sends no post_save; the trigger moved the version
-    return key, expiring
-
-
 def keys_of(agent: Agent) -> QuerySet[ApiKey]:
     """The agent's keys, oldest first, for the key list (`manage.py listkeys`, the admin)."""
     return ApiKey.objects.filter(agent=agent).order_by("created_at", "id")
-
-
-def revoke(prefix: str) -> bool:
-    revoked = ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).update(revoked_at=Now())
-    configversion.expire()  # an UPDATE sends no post_save; the trigger moved the version
-    if revoked:
-        witness.controls_changed()
-    return bool(revoked)

@@ -230,7 +230,7 @@ def may_see_team(user: User | AnonymousUser, team_id: int | None) -> bool:
 
 
 def may_manage_team(user: User | AnonymousUser, team_id: int | None) -> bool:
-    """Whether the user may set and lift halts and limits on something owned by `team_id`:
+    """Whether the user may halt and resume (and manage limits on) something owned by `team_id`:
     admins anything; others only what their own teams own (never what no team owns, nor global
     halts). While no team exists, the rules before teams hold."""
     if not any_team(user):

@@ -7,11 +7,11 @@ key_ttl = "24h"
 confirm_within = "15m"
 compensated_by = "refund_card"
 mode = "live"                # or "test": only test tools may be named by a test agent
-limit_claims_per_minute = 60 # limits (ledger.containment.limits) need amount_path and currency_path
+limit_claims_per_minute = 60 # limits (ledger.rules.limits) need amount_path and currency_path
 limit_amount_per_day = { EUR = "5000.00" }
 amount_path = "amount"       # dotted paths into the request
 currency_path = "currency"
-approve_above = "1000.00"    # four-eyes (ledger.containment.four_eyes): needs limit_amount_per_day
+approve_above = "1000.00"    # four-eyes (ledger.rules.four_eyes): needs limit_amount_per_day
 key_fields = ["order_id"]    # business key (ledger.effects.businesskeys): one effect per order_id
 
 [tools.refund_card]
@@ -30,6 +30,7 @@ statement_columns = { provider_ref = "id" }
 statement_status = { paid = "succeeded" }
 statement_reference = "idempotency_key"  # or "effect_id": what the `reference` column holds
 statement_skew = "5m"         # clock difference allowed around a dispatch window
+statement_format = ""         # or a provider's own report, e.g. "stripe_itemized_balance_change"
 halt_on_duplicate = true      # a duplicate found at the provider halts the tool
 """
 
@@ -46,9 +47,8 @@ from django.conf import settings
 from django.db import transaction
 
 from config.env import parse_duration
-from ledger.containment.four_eyes import threshold
-from ledger.containment.limits import amount_limits, required_paths
 from ledger.models import Mode, Tool
+from ledger.policy.money import amount_limits, required_paths, threshold
 from ledger.policy.tools import PRESETS
 
 _FLAGS = (
@@ -81,6 +81,7 @@ _TEXT = (
     "amount_path",
     "currency_path",
     "amount_unit",
+    "statement_format",
 )
 _LISTS = ("card_scan_allow", "redact_paths", "key_fields")
 _MAPS = ("statement_columns", "statement_status")
@@ -117,8 +118,8 @@ class ToolFileError(ValueError):
 
 
 # Checks the ledger cannot make itself: what a tool's adapter can do (an app that knows the
-# adapters registers them, `reconcilers.registry.check_tool`). Each takes the tool's name and
-# its parsed fields and returns what is wrong, or "".
+# adapters registers them, `reconcilers.providers.checks.check_tool`). Each takes the tool's
+# name and its parsed fields and returns what is wrong, or "".
 ADAPTER_CHECKS: list[Callable[[str, dict[str, Any]], str]] = []
 
 
@@ -190,7 +191,7 @@ def _key_fields(name: str, paths: list[str]) -> None:
     for path in paths:
         if len(path) > 200 or not _PATH.fullmatch(path):
             raise ToolFileError(
-                f"tool {name!r}: key_fields: {path!r} is not a dotted path such as \"order.id\""
+                f'tool {name!r}: key_fields: {path!r} is not a dotted path such as "order.id"'
             )
 
 
@@ -268,6 +269,8 @@ def _statements(name: str, spec: dict[str, Any], fields: dict[str, Any]) -> None
     ):
         # Limits and four-eyes thresholds read the request's amount in major units.
         raise ToolFileError(f"tool {name!r}: limits and approve_above need amount_unit major")
+    if fields["statement_format"] and not fields["statements"]:
+        raise ToolFileError(f"tool {name!r}: statement_format needs statements = true")
     if fields["fetch_statements"] and not fields["statements"]:
         raise ToolFileError(f"tool {name!r}: fetch_statements needs statements = true")
     if not fields["statements"]:

@@ -10,12 +10,12 @@ from decimal import Decimal
 
 from django.conf import settings
 
-from ledger.audit.redaction import Redactor
-from ledger.containment.limits import amount_limits
 from ledger.errors import ValidationFailed
 from ledger.models import Mode, Tool
 from ledger.policy import configversion
 from ledger.policy.configversion import VersionedCache
+from ledger.policy.money import amount_limits
+from ledger.policy.redaction import Redactor
 
 PRESETS: dict[str, dict[str, bool]] = {
     "read_only": {"read_only": True, "honours_key": False, "has_lookup": False},
@@ -38,15 +38,15 @@ class Policy:
     max_attempts: int
     redactor: Redactor
     mode: str = Mode.LIVE
-    # Limits (`ledger.containment.limits`): claims per minute, and {currency: minor units} per 24 h.
+    # Limits (`ledger.rules.limits`): claims per minute, and {currency: minor units} per 24 h.
     limit_claims_per_minute: int | None = None
     limit_amount_per_day: Mapping[str, int] = field(default_factory=dict)
     amount_path: str = ""
     currency_path: str = ""
-    # Four-eyes threshold (`ledger.containment.four_eyes`), in major units of the request's
+    # Four-eyes threshold (`ledger.rules.four_eyes`), in major units of the request's
     # currency.
     approve_above: Decimal | None = None
-    # The provider's record (`ledger.provider.lookup_absence`): see the Tool model.
+    # The provider's record (`ledger.rules.lookup_absence`): see the Tool model.
     call_timeout: timedelta | None = None
     search_lag: timedelta | None = None
     lookup_proves_absence: bool = False
@@ -89,7 +89,7 @@ class Policy:
         """The lease a claim gets: as requested, else the default, never shorter than the
         tool's `call_timeout`: a provider call must be able to finish inside the lease it
         started on, since fencing stops outcome writes, not calls
-        (`ledger.provider.lookup_absence`). A
+        (`ledger.rules.lookup_absence`). A
         request for less is refused (422)."""
         floor = math.ceil(self.call_timeout.total_seconds()) if self.call_timeout else 0
         if requested is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -37,11 +37,11 @@ from ledger.models import (
 )
 from ledger.models.statements import Origin, Phase
 from ledger.restore import incidents
-from ledger.restore.state import longest_lease
+from ledger.rules.restore_state import longest_lease
 from ledger.statements.apply import skew_of
 
 ACTOR = "system:restore"
-CHUNK = 1000  # keys and references looked up per query
+CHUNK = 1000  # records matched and stored per batch (keys and references per query)
 # The reason of the move into `unknown` that entering restore mode makes (`mode.REASON`).
 REASON = "restored_gap"
 
@@ -56,68 +56,72 @@ class Record(Protocol):
     occurred_at: datetime
 
 
-def _digest(records: Sequence[Record]) -> str:
-    rows = [
-        [r.provider_ref, r.reference, r.type, r.status, r.amount_minor, r.currency,
-         r.occurred_at.isoformat()]
-        for r in records
-    ]  # fmt: skip
-    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+class _Digest:
+    """The SHA-256 of the listing's rows as one JSON list, taken a batch at a time."""
+
+    def __init__(self) -> None:
+        self.sha256 = hashlib.sha256(b"[")
+        self.first = True
+
+    def add(self, records: Sequence[Record]) -> None:
+        for r in records:
+            row = [r.provider_ref, r.reference, r.type, r.status, r.amount_minor, r.currency,
+                   r.occurred_at.isoformat()]  # fmt: skip
+            self.sha256.update((("" if self.first else ", ") + json.dumps(row)).encode())
+            self.first = False
+
+    def hexdigest(self) -> str:
+        done = self.sha256.copy()
+        done.update(b"]")
+        return done.hexdigest()
+
+
+def _batches(records: Iterable[Record]) -> Iterator[list[Record]]:
+    batch: list[Record] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) == CHUNK:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _explained(records: Sequence[Record]) -> dict[str, Any]:
-    """Which effect explains each record, in a few queries whatever the listing's length: by
-    the key the provider kept for it, else by the provider's reference an outcome reported.
-    Keyed by provider reference."""
+    """Which effect explains each record, in two queries per batch of at most CHUNK records:
+    by the key the provider kept for it, else by the provider's reference an outcome
+    reported. Keyed by provider reference."""
     by_key: dict[str, Any] = {}
     by_ref: dict[str, Any] = {}
     keys = sorted({r.reference for r in records if r.reference})
     refs = sorted({r.provider_ref for r in records})
-    for start in range(0, max(len(keys), len(refs)), CHUNK):
-        for key, effect_id in (
-            Effect.objects.filter(idempotency_key__in=keys[start : start + CHUNK])
-            .order_by("-pk")
-            .values_list("idempotency_key", "pk")
-        ):
-            by_key[key] = effect_id  # the first effect holding the key is kept (pk order)
-        for ref, effect_id in (
-            Effect.objects.filter(provider_ref__in=refs[start : start + CHUNK])
-            .order_by("-pk")
-            .values_list("provider_ref", "pk")
-        ):
-            by_ref[ref] = effect_id
+    for key, effect_id in (
+        Effect.objects.filter(idempotency_key__in=keys)
+        .order_by("-pk")
+        .values_list("idempotency_key", "pk")
+    ):
+        by_key[key] = effect_id  # the first effect holding the key is kept (pk order)
+    for ref, effect_id in (
+        Effect.objects.filter(provider_ref__in=refs)
+        .order_by("-pk")
+        .values_list("provider_ref", "pk")
+    ):
+        by_ref[ref] = effect_id
     return {r.provider_ref: by_key.get(r.reference) or by_ref.get(r.provider_ref) for r in records}
 
 
-def account_for(
-    window: RestoreWindow, tool: Tool, start: datetime, end: datetime, records: Sequence[Record]
-) -> dict[str, int]:
-    """Match a complete listing of [start, end) to effects; an incident for every record no
-    effect explains. Done once per window and tool: a repeat returns what the first found."""
-    with transaction.atomic():
-        window = RestoreWindow.objects.select_for_update().get(pk=window.pk)
-        swept = window.applied.setdefault("swept", {})
-        if tool.name in swept:
-            return swept[tool.name]
-        sweep = StatementImport.objects.create(
-            tool=tool.name,
-            filename=incidents.sweep_name(window, tool.name),
-            sha256=_digest(records),
-            period_start=start,
-            period_end=end,
-            provisional=True,
-            origin=Origin.SWEEP,
-            imported_by=ACTOR,
-            phase=Phase.DONE,
-            finished_at=timezone.now(),
-            orphans_checked=True,
-            lines=len(records),
-        )
-        explained = _explained(records)
-        lines = StatementLine.objects.bulk_create(
+def _store_lines(sweep: StatementImport, records: Iterable[Record]) -> tuple[int, str]:
+    """The listing's records as the sweep's lines, each with the effect explaining it, a
+    batch at a time (a listing may be streamed page by page: it is never held whole).
+    Returns how many, and their digest."""
+    digest, count = _Digest(), 0
+    for batch in _batches(records):
+        digest.add(batch)
+        explained = _explained(batch)
+        StatementLine.objects.bulk_create(
             StatementLine(
                 statement=sweep,
-                line_no=number,
+                line_no=count + number,
                 provider_ref=record.provider_ref,
                 reference=record.reference,
                 type=record.type,
@@ -128,16 +132,65 @@ def account_for(
                 effect_id=explained[record.provider_ref],
                 outcome="matched" if explained[record.provider_ref] else "orphan",
             )
-            for number, record in enumerate(records, start=1)
+            for number, record in enumerate(batch, start=1)
         )
-        orphans = [line for line in lines if line.effect_id is None]
-        raised = incidents.raise_for(window, tool, orphans)
-        counts = {"records": len(records), "matched": len(records) - len(orphans)}
-        counts["incidents"] = raised
-        if len(orphans) > raised:
-            counts["raised by another tool's sweep"] = len(orphans) - raised
+        count += len(batch)
+    return count, digest.hexdigest()
+
+
+def _raise_incidents(window: RestoreWindow, tool: Tool, sweep: StatementImport) -> int:
+    """An incident for every line of the sweep no effect explains, a batch at a time."""
+    orphans = StatementLine.objects.filter(statement=sweep, effect__isnull=True).order_by("pk")
+    raised, batch = 0, []
+    for line in orphans.iterator(chunk_size=CHUNK):
+        batch.append(line)
+        if len(batch) == CHUNK:
+            raised += incidents.raise_for(window, tool, batch)
+            batch = []
+    return raised + incidents.raise_for(window, tool, batch)
+
+
+def account_for(
+    window: RestoreWindow, tool: Tool, start: datetime, end: datetime, records: Iterable[Record]
+) -> dict[str, int]:
+    """Match a complete listing of [start, end) to effects; an incident for every record no
+    effect explains. Done once per window and tool: a repeat returns what the first found.
+
+    All in one transaction: a streamed listing that breaks half-way (`records` raising) leaves
+    nothing behind. The window is locked only once the listing has been read whole, so a long
+    listing does not hold up whatever else locks it; a sweep of the same tool recorded in the
+    meantime wins, and this one is rolled back."""
+    swept = RestoreWindow.objects.get(pk=window.pk).applied.get("swept", {})
+    if tool.name in swept:
+        return swept[tool.name]
+    with transaction.atomic():
+        sweep = StatementImport.objects.create(
+            tool=tool.name,
+            filename=incidents.sweep_name(window, tool.name),
+            sha256="",
+            period_start=start,
+            period_end=end,
+            provisional=True,
+            origin=Origin.SWEEP,
+            imported_by=ACTOR,
+            phase=Phase.DONE,
+            finished_at=timezone.now(),
+            orphans_checked=True,
+        )
+        count, digest = _store_lines(sweep, records)
+        window = RestoreWindow.objects.select_for_update().get(pk=window.pk)
+        swept = window.applied.setdefault("swept", {})
+        if tool.name in swept:
+            transaction.set_rollback(True)
+            return swept[tool.name]
+        orphans = StatementLine.objects.filter(statement=sweep, effect__isnull=True).count()
+        raised = _raise_incidents(window, tool, sweep)
+        counts = {"records": count, "matched": count - orphans, "incidents": raised}
+        if orphans > raised:
+            counts["raised by another tool's sweep"] = orphans - raised
+        sweep.sha256, sweep.lines = digest, count
         sweep.lines_matched, sweep.orphans = counts["matched"], raised
-        sweep.save(update_fields=["lines_matched", "orphans"])
+        sweep.save(update_fields=["sha256", "lines", "lines_matched", "orphans"])
         swept[tool.name] = {**counts, "import": sweep.pk, "at": timezone.now().isoformat()}
         window.save(update_fields=["applied"])
     return counts

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from django.db import connection, transaction
 from django.db.models import Q
 
-from ledger.containment import outbox
-from ledger.containment.reviewqueue import due_sql
 from ledger.models import (
     AlertKind,
     Effect,
@@ -30,6 +28,8 @@ from ledger.models import (
     StatementLine,
     Tool,
 )
+from ledger.rules import outbox
+from ledger.rules.reviewqueue import due_sql
 from ledger.statements.orphans import record_acknowledgement
 
 ACTOR = "system:restore"

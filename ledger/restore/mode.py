@@ -12,7 +12,7 @@ Entering (`begin`), in one transaction under the halts' advisory lock:
   before anyone acts, and the others wait for an operator.
 - **Controls come back from the witness:** halts it saw that the database no longer has are set
   again, and key prefixes it saw revoked are revoked again. What it saw spent against amount
-  limits and the database no longer holds is counted as used (`ledger.restore.spend`).
+  limits and the database no longer holds is counted as used (`ledger.rules.spend`).
 - **The fork is recorded** as a decision (`restore:<id>:decision:begin`), with the chain head
   the database held (`fork_seq`) and the witness's head of the lost branch.
 
@@ -31,11 +31,10 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from ledger.audit import witness as witnesses
 from ledger.audit.seal import chain_head
-from ledger.containment import halts, outbox
-from ledger.containment.reviewqueue import open_review
+from ledger.containment import halts, keys
 from ledger.effects.decision_records import record_standalone_decision
-from ledger.effects.states import Status
 from ledger.effects.transitions import Move, SqlExpr, transition_many
 from ledger.errors import InvalidTransition, ValidationFailed
 from ledger.models import (
@@ -47,10 +46,13 @@ from ledger.models import (
     RestoreWindow,
     ReviewItem,
 )
-from ledger.policy import agentkeys, configversion
-from ledger.restore import gap, spend
-from ledger.restore import witness as witnesses
-from ledger.restore.state import longest_lease
+from ledger.models.states import Status
+from ledger.policy import configversion
+from ledger.restore import gap
+from ledger.rules import outbox, spend
+from ledger.rules.halts import HALT_LOCK
+from ledger.rules.restore_state import longest_lease
+from ledger.rules.reviewqueue import open_review
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +146,7 @@ def _controls_again(witness: dict[str, Any] | None) -> dict[str, list[Any]]:
             applied["halts"].append(switched.halt.pk)
     for prefix in witness.get("revoked_keys", []):
         if ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).exists():
-            agentkeys.revoke(prefix)
+            keys.revoke(prefix)
             applied["revoked_keys"].append(prefix)
     return applied
 
@@ -187,7 +189,7 @@ def begin(
     with transaction.atomic():
         with connection.cursor() as cursor:
             # The halts' lock: no claim passes its halt check while controls come back.
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [halts.HALT_LOCK])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [HALT_LOCK])
         open_now = current()
         if open_now is not None:
             return Entered(open_now, False)

@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION ledger_covering_halt(
     p_kind text, p_tool text, p_agent_id bigint, p_run_id text, p_requested_by text
 ) RETURNS bigint LANGUAGE sql STABLE AS $$
     SELECT h.id FROM ledger_halt h
-     WHERE h.lifted_at IS NULL
+     WHERE h.resumed_at IS NULL
        AND p_kind <> 'decision'
        AND ((h.scope = 'tool' AND h.value = p_tool)
             OR ((p_kind = 'action'

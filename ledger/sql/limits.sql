@@ -1,8 +1,8 @@
--- Limits (`ledger.containment.limits`), enforced on every claim as halts are: a process that
+-- Limits (`ledger.rules.limits`), enforced on every claim as halts are: a process that
 -- knows nothing of limits (an old one during a rolling deploy, raw SQL) cannot claim past one.
 --
 -- * ledger_currency_exponent(code): ISO 4217 minor-unit exponents, 2 unless listed; a copy of
---   `ledger.containment.limits.EXPONENTS` (tests/test_limits_trigger.py checks they agree).
+--   `ledger.rules.limits.EXPONENTS` (tests/test_limits_trigger.py checks they agree).
 -- * ledger_to_minor(amount, code): an exact amount as integer minor units, or NULL when it is
 --   not a non-negative number with at most the currency's decimal places.
 -- * ledger_count_claim(scope, shown, max): claims per calendar minute. A counter row per

@@ -1,6 +1,6 @@
 -- Review items carry copies of their effect's tool, agent, run and creation time, written by
 -- this trigger on every new item, so that the review queue filters, sorts and pages on the
--- review-item table alone (`ledger.containment.reviewqueue`, the queue's indexes).
+-- review-item table alone (`ledger.rules.reviewqueue`, the queue's indexes).
 
 CREATE OR REPLACE FUNCTION ledger_review_item_copies()
  RETURNS trigger

@@ -21,7 +21,7 @@ The API (the command `importstatement`, the operators' upload form and the daily
   incidents, and a person's acknowledge decision.
 
 How lines are read: `parse`; staged, revised and matched by reference: `stage`; what the lines
-mean for an effect: `decide`; applied: `apply`; proofs of absence: `absence`; orphans and
+mean for an effect: `verdicts`; applied: `apply`; proofs of absence: `absence`; orphans and
 their incidents: `orphans`.
 """
 

@@ -13,7 +13,7 @@ An effect restore mode put in doubt (`restored_gap`), or that started in doubt (
 recorded `unknown` while a restore window was open), may have been sent on the lost branch with
 no event here to show it: it has one more window, from the restore window's `lost_since` less
 the longest lease less the skew to its `started_at` plus the longest lease, `settle_after` and
-the skew (`ledger.restore.reach.lost_dispatch_sql`; `statement_bounds` is the same range). An
+the skew (`ledger.rules.reach.lost_dispatch_sql`; `statement_bounds` is the same range). An
 intent that started in doubt has only that window. Absence is proven for such an effect only
 when the tool's statements reference effects by idempotency key: the copy sent on the lost
 branch carried the same key, but another effect id. Only `unknown` effects, and `dispatching` ones
@@ -30,12 +30,12 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from ledger.effects.events import event_values
-from ledger.effects.states import Status
 from ledger.effects.transitions import Move, SqlExpr, transition_many
 from ledger.models import Effect, EventKind, StatementImport, StatementLine, Tool
-from ledger.restore.reach import lost_dispatch_sql
-from ledger.restore.state import longest_lease
+from ledger.models.states import Status
+from ledger.rules.events import event_values
+from ledger.rules.reach import lost_dispatch_sql
+from ledger.rules.restore_state import longest_lease
 from ledger.statements.apply import (
     _EFFECTS,
     _EVENTS,
@@ -127,7 +127,7 @@ def _params(made: StatementImport, tool: Tool) -> dict[str, Any]:
         "after": made.cursor or FIRST_UUID,
         "limit": BATCH,
         "skew": skew_of(tool),
-        # As the lookups' proofs do (`ledger.provider.lookup_absence`): the default where none is
+        # As the lookups' proofs do (`ledger.rules.lookup_absence`): the default where none is
         # declared.
         "settle": tool.settle_after or timedelta(seconds=settings.LEDGER_SETTLE_AFTER),
         "lease": longest_lease(),

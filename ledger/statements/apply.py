@@ -4,12 +4,12 @@
 the row's `phase`, `cursor` and counts, so that a crash loses at most the batch in flight and
 `resume` goes on from the row. Every batch holds the tool's statement lock
 (`ledger.statements.stage.lock_tool`) and reads the effects after taking it, so a batch never
-decides on what another import of the tool is changing at that moment (a move it made would
+judges what another import of the tool is changing at that moment (a move it made would
 be lost to the other's, and its lines never looked at again). Phases, in order:
 
 1. `lines`: the effects the import's lines name, at most `BATCH` lines' worth at a time in
    effect id order. Each effect is read with all its current lines (from every statement)
-   and decided by `ledger.statements.decide`; the moves go through
+   and given its verdict by `ledger.statements.verdicts`; the moves go through
    `ledger.effects.transitions.transition_many` (one statement per shape), with the statement event
    ahead of each transition.
 2. `removals`: lines this import's revision removed; their effects get a
@@ -30,9 +30,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.events import event_values, record_event
-from ledger.effects.states import Status
+from ledger.containment.duplicates import report_duplicate
 from ledger.effects.transitions import Move, transition_many
 from ledger.models import (
     Effect,
@@ -44,10 +42,12 @@ from ledger.models import (
     Tool,
 )
 from ledger.models.statements import Phase
-from ledger.provider.duplicates import report_duplicate
-from ledger.statements import decide as verdicts
-from ledger.statements.decide import EffectFact, LineFact, Verdict
+from ledger.models.states import Status
+from ledger.rules.events import event_values, record_event
+from ledger.rules.reviewqueue import open_review
+from ledger.statements import verdicts
 from ledger.statements.stage import lock_tool
+from ledger.statements.verdicts import EffectFact, LineFact, Verdict
 
 ACTOR = "system:statements"
 # Lines (lines phase), removed lines or candidate effects (later phases) per transaction.
@@ -173,7 +173,7 @@ def lines_phase(made: StatementImport, tool: Tool) -> Progress:
     others: list[tuple[EffectFact, Verdict]] = []
     for row in rows:
         effect, lines = _facts(row)
-        verdict = verdicts.decide(effect, lines, skew)
+        verdict = verdicts.verdict_on(effect, lines, skew)
         if verdict.action in (verdicts.CONFIRM, verdicts.FAIL):
             moves.append(_move(made, effect, verdict))
         elif verdict.action != verdicts.AGREES:

@@ -6,7 +6,7 @@ at or before this statement's end and ends after it): until then the line may st
 revised away, and an effect may still be on its way. Each orphan opens one `Incident` (high
 severity for a successful line, normal for a pending one), due within the tool's
 `resolve_within` or LEDGER_RESOLVE_WITHIN, or sooner when the provider's back-office window,
-counted from the line's time, closes first (`ledger.containment.reviewqueue.due_sql`). A person
+counted from the line's time, closes first (`ledger.rules.reviewqueue.due_sql`). A person
 closes it with `acknowledge_incident`, recorded as a decision effect under the reserved system agent
 (run
 `incidents`, target "incident:<id>"), like a halt.
@@ -20,9 +20,7 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Now
 
-from ledger.audit.redaction import scrub_cards
 from ledger.containment.halts import system_agent
-from ledger.containment.reviewqueue import due_sql
 from ledger.effects.decision_records import record_standalone_decision
 from ledger.errors import NotFound, Refused, ValidationFailed
 from ledger.models import (
@@ -37,6 +35,8 @@ from ledger.models import (
     StatementLine,
     Tool,
 )
+from ledger.policy.redaction import scrub_cards
+from ledger.rules.reviewqueue import due_sql
 from ledger.statements.apply import Progress
 
 DECISIONS_RUN = "incidents"

@@ -10,7 +10,7 @@ as they are. `amount` is in the tool's `amount_unit`: major ("12.50" EUR → 125
 rounded. `occurred_at` is ISO 8601 with a UTC offset and must lie in the statement's period.
 
 Any fault refuses the whole file with a `StatementError` naming the line and the column; it
-quotes at most a few dozen characters of the value (`ledger.audit.redaction.excerpt`), so that a
+quotes at most a few dozen characters of the value (`ledger.policy.redaction.excerpt`), so that a
 refused file of any size gets a short answer. JSON Lines are read with `ledger.jsonenc`: depth
 bounded, and numbers refused by their size before anything converts or formats them.
 
@@ -32,9 +32,10 @@ from decimal import Decimal
 from typing import IO, Any
 
 from ledger import jsonenc
-from ledger.audit.redaction import excerpt, scrub_cards
-from ledger.containment.iso4217 import EXPONENTS
 from ledger.models import LineStatus, LineType, Tool
+from ledger.policy.iso4217 import EXPONENTS
+from ledger.policy.redaction import excerpt, scrub_cards
+from ledger.statements.formats import ReportFormat
 
 COLUMNS = ("provider_ref", "reference", "amount", "currency", "status", "occurred_at")
 OPTIONAL = ("type",)
@@ -118,9 +119,10 @@ class Period:
 class LineReader:
     """Validates one line's values into a `Row`; knows the tool's maps and amount unit."""
 
-    def __init__(self, tool: Tool, period: Period) -> None:
+    def __init__(self, tool: Tool, period: Period, *, amount_unit: str = "") -> None:
         self.period = period
-        self.minor_unit = tool.amount_unit == "minor"
+        # The file's unit: a provider's report says its own (`ledger.statements.formats`).
+        self.minor_unit = (amount_unit or tool.amount_unit) == "minor"
         self.statuses = {str(k): str(v) for k, v in (tool.statement_status or {}).items()}
         self.names = {c: str((tool.statement_columns or {}).get(c, c)) for c in COLUMNS + OPTIONAL}
 
@@ -282,11 +284,15 @@ class LineReader:
         return moment
 
 
-def rows(stream: IO[bytes], fmt: str, reader: LineReader) -> Iterator[Row]:
-    """The file's rows, validated, in file order."""
+def rows(
+    stream: IO[bytes], fmt: str, reader: LineReader, report: ReportFormat | None = None
+) -> Iterator[Row]:
+    """The file's rows, validated, in file order: in the ledger's own columns, or in a
+    provider's report format."""
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    read = report.rows if report else _csv_rows if fmt == "csv" else _jsonl_rows
     try:
-        yield from (_csv_rows if fmt == "csv" else _jsonl_rows)(text, reader)
+        yield from read(text, reader)
     except UnicodeDecodeError as exc:
         raise StatementError(f"the file is not UTF-8 text ({exc.reason})") from None
     finally:

@@ -5,7 +5,7 @@ transaction-level advisory lock keyed by the tool's name; applying takes it too,
 batch) and stages nothing while another import of the tool is unfinished: it raises `Behind`
 naming that import, which the caller finishes first (`ledger.statements.import_statement`).
 So two imports of one tool at the same moment are staged and applied one after the other, and
-give exactly what the same two run one after the other give: no import's lines are decided
+give exactly what the same two run one after the other give: no import's lines are judged
 while another's are only partly applied, and no move of one is lost to the other.
 
 The file is streamed through the parser into a temporary table with COPY (never held in
@@ -30,9 +30,10 @@ from typing import IO, Any
 
 from django.db import connection, transaction
 
-from ledger.audit.redaction import excerpt, scrub_cards
 from ledger.models import LineType, StatementImport, StatementLine, Tool
 from ledger.models.statements import Origin, Phase
+from ledger.policy.redaction import excerpt, scrub_cards
+from ledger.statements import formats
 from ledger.statements.parse import (
     STAGE_COLUMNS,
     HashingReader,
@@ -85,6 +86,11 @@ def check_request(
         raise StatementError(f"Tool {tool_name!r} does not declare statements = true.")
     if tool.amount_unit not in ("major", "minor"):
         raise StatementError(f"Tool {tool_name!r} declares no amount_unit (major or minor).")
+    if tool.statement_format and formats.named(tool.statement_format) is None:
+        raise StatementError(
+            f"Tool {tool_name!r} reads statements as {tool.statement_format!r}, a format no "
+            "installed provider adapter knows."
+        )
     if len(filename) > _LONGEST_FILENAME:
         raise StatementError(f"The file name is longer than {_LONGEST_FILENAME} characters.")
     file_format(filename)
@@ -123,7 +129,10 @@ def stage(
     `Behind` (before a byte is read) while another import of the tool is unfinished, other
     than those in `passing` (imports that could not be finished: they are left to `resume`)."""
     fmt = file_format(filename)
-    reader = LineReader(tool, Period(period_start, period_end))
+    report = formats.named(tool.statement_format)
+    reader = LineReader(
+        tool, Period(period_start, period_end), amount_unit=report.amount_unit if report else ""
+    )
     hashing = HashingReader(source)
     with transaction.atomic():
         _first_in_line(tool, passing)
@@ -143,7 +152,7 @@ def stage(
             raw = cursor.cursor
             with raw.copy(f"COPY {stage_table} ({STAGE_COLUMNS}) FROM STDIN") as copy:
                 count = 0
-                for row in rows(hashing, fmt, reader):
+                for row in rows(hashing, fmt, reader, report):
                     copy.write_row(row)
                     count += 1
             hashing.drain()

@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.containment.limits import amount_limits
 from ledger.models import Agent
+from ledger.policy.money import amount_limits
 
 
 class Command(BaseCommand):

@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ledger.containment.keys import ReservedAgent, issue_key
 from ledger.models import Agent, Mode
-from ledger.policy.agentkeys import ReservedAgent, issue_key
 
 
 class Command(BaseCommand):

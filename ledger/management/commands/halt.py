@@ -5,8 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.containment.halts import active_halts, described, halt
+from ledger.containment.halts import halt
 from ledger.errors import LedgerError
+from ledger.rules.halts import active_halts, described
 
 
 def add_subject(parser: CommandParser) -> None:
@@ -36,8 +37,8 @@ def shell_user() -> str:
 
 class Command(BaseCommand):
     help = (
-        "Halt claims (a kill switch): --tool X | --agent A | --run R | --all, with --reason. "
-        "Recorded as a decision; `resume` lifts it."
+        "Halt claims: --tool X | --agent A | --run R | --all, with --reason. "
+        "Recorded as a decision; `resume` resumes them."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

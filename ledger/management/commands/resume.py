@@ -10,7 +10,7 @@ from ledger.management.commands.halt import add_subject, shell_user, subject_of
 
 
 class Command(BaseCommand):
-    help = "Lift a halt: --tool X | --agent A | --run R | --all, with --reason. Recorded too."
+    help = "Resume a halt: --tool X | --agent A | --run R | --all, with --reason. Recorded too."
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_subject(parser)
@@ -21,10 +21,10 @@ class Command(BaseCommand):
             switched = resume(active(scope, value).pk, reason=reason, by=shell_user())
         except LedgerError as exc:
             raise CommandError(f"{exc.detail} {exc.extra.get('fields', '')}".strip()) from None
-        lifted = switched.halt
-        what = "everything" if lifted.scope == "all" else f"{lifted.scope} {lifted.value!r}"
+        halt = switched.halt
+        what = "everything" if halt.scope == "all" else f"{halt.scope} {halt.value!r}"
         if switched.changed:
-            self.stdout.write(f"Resumed {what} (halt {lifted.pk} lifted).")
+            self.stdout.write(f"Resumed {what} (halt {halt.pk}).")
         else:
-            # Someone else lifted it between our look-up and our update.
-            self.stdout.write(f"Halt {lifted.pk} of {what} was lifted by {lifted.lifted_by}.")
+            # Someone else resumed it between our look-up and our update.
+            self.stdout.write(f"Halt {halt.pk} of {what} was resumed by {halt.resumed_by}.")

@@ -4,7 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.policy.agentkeys import key_prefix, revoke
+from ledger.containment.keys import revoke
+from ledger.policy.agentkeys import key_prefix
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config.env import parse_duration
+from ledger.containment.keys import ReservedAgent, rotate
 from ledger.models import Agent
-from ledger.policy.agentkeys import ReservedAgent, rotate
 
 
 class Command(BaseCommand):

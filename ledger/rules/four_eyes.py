@@ -8,33 +8,19 @@ until an operator other than the one who asked approves it (`reviews.decisions`)
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-from ledger.containment.limits import amount_of, exponent
-from ledger.effects.states import Status
 from ledger.errors import Refused
 from ledger.models import Effect, EffectEvent, EventKind
+from ledger.models.states import Status
+from ledger.policy.money import amount_of, exponent
 
 
 class ApprovalRequired(Refused):
     """A claim of an effect that waits for a second operator's approval."""
 
     code = "approval_required"
-
-
-def threshold(raw: Any) -> Decimal:
-    """A declared `approve_above` ("1000.00", 1000) as an exact decimal; floats are refused,
-    since 0.1 is not what the declaration meant."""
-    if isinstance(raw, bool) or not isinstance(raw, int | str | Decimal):
-        raise ValueError('must be an integer or a decimal string such as "1000.00"')
-    try:
-        value = Decimal(raw)
-    except InvalidOperation:
-        raise ValueError('must be an integer or a decimal string such as "1000.00"') from None
-    if not value.is_finite() or value < 0:
-        raise ValueError("must be a non-negative amount")
-    return value
 
 
 def needs_approval(policy: Any, request: Any) -> bool:

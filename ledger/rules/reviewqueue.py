@@ -19,9 +19,6 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from ledger.containment.limits import NON_RECEIPT
-from ledger.effects.events import record_event
-from ledger.effects.states import TERMINAL, Status
 from ledger.models import (
     MACHINE_CLOSES,
     SEVERITY,
@@ -32,6 +29,9 @@ from ledger.models import (
     Severity,
     Tool,
 )
+from ledger.models.states import TERMINAL, Status
+from ledger.rules.events import record_event
+from ledger.rules.limits import NON_RECEIPT
 
 _TABLE = ReviewItem._meta.db_table
 # A reason's severity (`SEVERITY`, else normal) as a SQL expression over `c.reason`.

@@ -4,7 +4,7 @@ started in doubt) could have been sent on the branch the database lost.
 From the window's `lost_since` less the longest lease (a claim taken that long before the loss)
 to its `started_at` plus the longest lease (a lease taken on the lost branch just before the mode
 began may still be used to send). No event of the database shows such a dispatch, so lookups
-(`ledger.provider.lookup_absence`) and statements (`ledger.statements.absence`) prove such an
+(`ledger.rules.lookup_absence`) and statements (`ledger.statements.absence`) prove such an
 effect absent only over this whole range.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection
 
 from ledger.models import EffectEvent, RestoreWindow
-from ledger.restore.state import longest_lease
+from ledger.rules.restore_state import longest_lease
 
 # The reason of the move into `unknown` that entering restore mode makes (`mode.REASON`).
 REASON = "restored_gap"

@@ -20,7 +20,7 @@ later than its first dispatch: the key or the search may have forgotten it past 
 
 An effect restore mode put in doubt, or that started in doubt, may have been sent on the branch
 the database lost, with no event here to show it: its last dispatch ends no earlier than the
-restore window's start plus the longest lease (`ledger.restore.reach.lost_dispatch`), and its age
+restore window's start plus the longest lease (`ledger.rules.reach.lost_dispatch`), and its age
 counts from the window's `lost_since` less the longest lease.
 
 An effect sent again on such a proof gets one more lookup once it next resolves
@@ -34,8 +34,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from ledger.effects.states import Status
 from ledger.models import Effect
+from ledger.models.states import Status
 from ledger.policy.tools import Policy
 
 # Why a not-found proved absence (the transition's event data says which).
@@ -61,7 +61,7 @@ def last_dispatch_end(
 ) -> datetime:
     """The last moment a request of this effect could have left for the provider. `lost`: when
     a copy of it on a branch the database lost could have been sent (an effect in doubt after
-    a restore, `ledger.restore.reach.lost_dispatch`); its end counts as a dispatch's end."""
+    a restore, `ledger.rules.reach.lost_dispatch`); its end counts as a dispatch's end."""
     if effect.status == Status.DISPATCHING:
         end = effect.lease_expires_at or now
     elif effect.left_dispatch_at is not None or lost is None:

@@ -18,9 +18,9 @@ from typing import Any
 from django.db import transaction
 
 from ledger.containment.halts import halt
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.events import record_event
 from ledger.models import EventKind, HaltScope, Reason, Tool
+from ledger.rules.events import record_event
+from ledger.rules.reviewqueue import open_review
 
 
 def report_duplicate(
@@ -56,3 +56,19 @@ def report_duplicate(
                 reason=f"A duplicate was found at the provider for effect {effect_id}.",
                 by=actor,
             )
+
+
+def on_late_report(
+    sender: Any, *, effect: Any, actor: str, evidence: Mapping[str, Any], **_: Any
+) -> None:
+    """`ledger.effects.outcomes.duplicate_found`: a late report named another provider reference;
+    its event is recorded already, inside the same transaction."""
+    report_duplicate(
+        effect.id,
+        effect.tool,
+        status=effect.status,
+        actor=actor,
+        kind=EventKind.LATE_OUTCOME,
+        evidence=evidence,
+        recorded=True,
+    )

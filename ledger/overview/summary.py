@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,8 +34,6 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ledger.effects.interlocks import blocked_branches
-from ledger.effects.states import INCOMPLETE, sql_list
 from ledger.models import (
     Agent,
     Alert,
@@ -48,7 +46,10 @@ from ledger.models import (
     Tool,
 )
 from ledger.models.review import DUE_SOON
+from ledger.models.states import INCOMPLETE, sql_list
 from ledger.observability import effectcounts
+from ledger.observability.metrics import tool_label
+from ledger.rules.interlocks import blocked_branches
 
 # Pinned: log pipelines filter on the name this module had before the ledger's subpackages.
 log = logging.getLogger("ledger.summary")
@@ -67,17 +68,9 @@ BLOCKED_SHOWN = 20
 # many refresh periods without a page asking it stops.
 _TICK = 0.5
 _IDLE_PERIODS = 3
-# Written by the halts work (ledger.containment.halts): a row per halt, active while lifted_at is
-# NULL.
+# Written by the halts work (ledger.containment.halts): a row per halt, active while resumed_at
+# is NULL.
 _HALTS = "ledger_halt"
-# The one `tool` label value of every tool nobody declared (no `Tool` row). Agents name tools
-# freely: a series per name would let any agent grow /metrics, and the memory behind every
-# scrape, without bound.
-UNDECLARED = "undeclared"
-
-
-def tool_label(tool: str, declared: Collection[str]) -> str:
-    return tool if tool in declared else UNDECLARED
 
 
 @dataclass
@@ -116,7 +109,7 @@ class Summary:
     # of REVIEW_AGE_HOURS.
     review_ages: dict[str | None, tuple[int, ...]] = field(default_factory=dict)
     # Planned effects held back by an upstream effect: how many, and the oldest BLOCKED_SHOWN
-    # with the upstream holding each (ledger.effects.interlocks.blocked_branches).
+    # with the upstream holding each (ledger.rules.interlocks.blocked_branches).
     blocked_total: int = 0
     blocked: list[dict[str, Any]] = field(default_factory=list)
     taken_at: datetime = field(default_factory=timezone.now)
@@ -194,7 +187,7 @@ def _read_restore(summary: Summary) -> None:
 
 def _read_alerts(summary: Summary) -> None:
     """The outbox by kind (sent ones counted too), and its oldest rows: over alert_unsent_idx.
-    A row is due when it is neither leased nor backing off (`ledger.containment.outbox.lease`),
+    A row is due when it is neither leased nor backing off (`ledger.rules.outbox.lease`),
     and has been due since its lease or backoff ended, or since it was written."""
     for kind, pending, sent, failing in _rows(
         f"SELECT kind, count(*) FILTER (WHERE sent_at IS NULL), "
@@ -249,7 +242,7 @@ def _active_halts() -> dict[str, tuple[int, float]] | None:
     """Active halts by scope: how many, and how long the oldest has been on."""
     (present,) = _rows(
         "SELECT count(*) FROM information_schema.columns "
-        f"WHERE table_name = '{_HALTS}' AND column_name IN ('scope', 'lifted_at', 'since')"
+        f"WHERE table_name = '{_HALTS}' AND column_name IN ('scope', 'resumed_at', 'since')"
     )[0]
     if present != 3:
         return None
@@ -260,7 +253,7 @@ def _active_halts() -> dict[str, tuple[int, float]] | None:
                 scope: (n, float(age))
                 for scope, n, age in _rows(
                     f"SELECT scope, count(*), EXTRACT(EPOCH FROM now() - min(since)) "
-                    f"FROM {_HALTS} WHERE lifted_at IS NULL GROUP BY scope"
+                    f"FROM {_HALTS} WHERE resumed_at IS NULL GROUP BY scope"
                 )
             }
     except DatabaseError:
@@ -490,3 +483,8 @@ def _labelled(
     for key, n in sorted(values.items()):
         gauge.add_metric(list(key), n)
     return gauge
+
+
+# The one collector of this process: /metrics registers it (`ledger.overview.scrape`), and the
+# pages read its last summary.
+summary = SummaryCollector()

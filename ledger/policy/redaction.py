@@ -2,7 +2,7 @@
 
 Card numbers (Luhn-valid runs of 13–19 digits, also inside longer strings and as JSON numbers),
 CVV/CVC codes, fields named like secrets, and per-tool dotted paths are replaced by keyed HMAC
-tokens (`ledger.effects.digests.redaction_token`): equal values map to equal tokens, and the raw
+tokens (`ledger.policy.digests.redaction_token`): equal values map to equal tokens, and the raw
 value
 never reaches the database or a log.
 
@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from ledger import jsonenc
-from ledger.effects.digests import redaction_token
+from ledger.policy.digests import redaction_token
 
 # Key names (lower-cased, separators removed) whose values are secrets whatever they hold.
 _SECRET_NAME = re.compile(

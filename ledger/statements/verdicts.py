@@ -1,5 +1,8 @@
 """What a statement's lines mean for one effect: a pure function of the effect as read and all
-its current lines (from every imported statement, whatever the period), `decide`.
+its current lines (from every imported statement, whatever the period): `verdict_on`. A
+statement's verdict is not a decision: decisions are people's (and the ledger's own rulings),
+recorded as effects; a verdict is what the provider's lines say, and moves an effect only by
+`confirm` or `fail`.
 
 Money lines are charges and captures for an action, refunds for a compensation; a successful
 charge is one record, successful captures make one record per provider_ref (their amounts
@@ -34,8 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ledger.effects.states import Kind, Status
 from ledger.models import LineStatus, LineType
+from ledger.models.states import Kind, Status
 
 CONFIRM, FAIL, DUPLICATE = "confirm", "fail", "duplicate"
 AMOUNT_MISMATCH, CONTRADICTS, HELD, AGREES = "amount_mismatch", "contradicts", "held", "agrees"
@@ -146,7 +149,7 @@ def compare(effect: EffectFact, record: Record) -> tuple[tuple[str, ...], tuple[
     return tuple(mismatches), tuple(unchecked)
 
 
-def decide(effect: EffectFact, lines: Sequence[LineFact], skew: timedelta) -> Verdict:
+def verdict_on(effect: EffectFact, lines: Sequence[LineFact], skew: timedelta) -> Verdict:
     types = _REFUNDS if effect.kind == Kind.COMPENSATION else _CHARGES
     found = records(lines, types)
     money = [line for line in lines if line.type in types]

@@ -6,7 +6,7 @@ list: BGN withdrawn when Bulgaria joined the euro, ANG replaced by XCG, XAD adde
 whose minor unit the list gives as "N.A." (precious metals, bond-market units, SDR, test and
 "no currency" codes) are listed with None: an amount in them has no minor units to compare.
 
-`ledger.containment.limits.EXPONENTS` (the non-2 exponents that limits use) is read from this
+`ledger.rules.limits.EXPONENTS` (the non-2 exponents that limits use) is read from this
 table, and
 the claim trigger's SQL copy of it (migration 0021) is compared with it by
 tests/test_limits_trigger.py.

@@ -1,6 +1,6 @@
 """Amount limits across a lost window: what the lost branch spent is counted as used.
 
-Amount limits (`ledger.containment.limits`) sum one `AmountCharge` row per effect over a rolling
+Amount limits (`ledger.rules.limits`) sum one `AmountCharge` row per effect over a rolling
 24 hours. Effects lost with a window take their rows with them, so after a restore an agent could
 spend its daily limit a second time. The witness therefore records each limit's spend of the
 last 24 hours; entering restore mode compares it with what the database holds over the same 24

@@ -28,9 +28,9 @@ from typing import Any
 
 from django.db import connection
 
-from ledger.containment.plaintext import one_line
 from ledger.jsonenc import ExactJSONDecoder, ExactJSONEncoder
 from ledger.models import Alert, AlertKind
+from ledger.rules.plaintext import one_line
 
 _TABLE = Alert._meta.db_table
 # Longer than a sender's whole run (reviews.alerts.sender.TIME_BUDGET plus one send's

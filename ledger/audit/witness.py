@@ -31,7 +31,8 @@ from django.utils import timezone
 
 from ledger.audit.seal import chain_head
 from ledger.models import ApiKey, EventSeal, Halt
-from ledger.restore import spend
+from ledger.rules import spend
+from ledger.rules.restore_state import lost_since
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def _instant(value: datetime | None) -> str | None:
 def snapshot() -> dict[str, Any]:
     """What the database holds now, as the witness records it."""
     head = chain_head()
-    halts = Halt.objects.filter(lifted_at__isnull=True).order_by("pk")
+    halts = Halt.objects.filter(resumed_at__isnull=True).order_by("pk")
     return {
         "format": FORMAT,
         "written_at": timezone.now().isoformat(),
@@ -144,7 +145,7 @@ def write(target: Path | None = None) -> dict[str, Any] | None:
 
 
 def controls_changed() -> None:
-    """A halt set or lifted, or a key revoked: write the witness once that commits, not at the
+    """A halt set or resumed, or a key revoked: write the witness once that commits, not at the
     next minute, so that a control set in the last seconds before a loss is set again by
     restore mode. Not while restore mode is on: the witness then keeps the lost branch."""
     if path() is not None:
@@ -152,7 +153,6 @@ def controls_changed() -> None:
 
 
 def _write_if_not_restoring() -> None:
-    from ledger.restore.state import lost_since  # state reads the configuration version
 
     try:
         if lost_since() is None:

@@ -9,10 +9,9 @@ from typing import Any
 from django.db import connection
 
 from ledger import jsonenc
-from ledger.effects import digests
 from ledger.models import EffectEvent
 from ledger.observability.tracing import current_trace_id
-from ledger.policy import keyuse
+from ledger.policy import digests, keyuse
 
 _EVENT_TABLE = EffectEvent._meta.db_table
 # An event's columns after effect_id, as `event_values` gives them.
