@@ -14,17 +14,17 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from ledger.containment.halts import covering_sql
-from ledger.containment.limits import LimitExceeded
-from ledger.containment.reviewqueue import open_review
 from ledger.effects.outcomes import record_outcome
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import claim
 from ledger.errors import AttemptsExhausted, Refused, StaleLease
 from ledger.models import Effect, Reason, Tool
+from ledger.models.states import Kind, Status
 from ledger.policy.tools import policy_for
+from ledger.rules.halts import covering_sql
+from ledger.rules.limits import LimitExceeded
+from ledger.rules.reviewqueue import open_review
 from reconcilers.jobqueue import enqueue, fresh_connection
-from reconcilers.registry import EXECUTING, adapter_for, executes
+from reconcilers.providers import adapter_for, executes, executing
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def can_execute(tool_name: str) -> bool:
 
 
 def _enqueue(effect_ids: list[str]) -> bool:
-    return enqueue("reconcilers.execution.execute", [(effect_id,) for effect_id in effect_ids])
+    return enqueue("execute-compensation", [(effect_id,) for effect_id in effect_ids])
 
 
 def execute_after_commit(effect_id: Any) -> None:
@@ -47,7 +47,7 @@ def execute_after_commit(effect_id: Any) -> None:
 
 
 def execute(effect_id: Any) -> bool:
-    """The rq job."""
+    """The rq job (`execute-compensation`, reconcilers/tasks.py)."""
     fresh_connection()
     return execute_one(effect_id)
 
@@ -77,7 +77,7 @@ def execute_one(effect_id: Any) -> bool:
         return False
     except Refused:
         # Someone else claimed or moved it first, or a halt covers it: the redrive skips it
-        # until the halt is lifted.
+        # until the halt is resumed.
         return False
     except LimitExceeded as limited:
         # Its tool's limit is reached: it stays planned, and the redrive tries again later.
@@ -114,7 +114,7 @@ def redrive_executions(limit: int = 1000) -> int:
             f"AND e.attempt < e.max_attempts AND t.reconciler = ANY(%s) "
             f"AND {covering_sql('e')} IS NULL "
             f"ORDER BY e.created_at LIMIT %s",
-            [sorted(EXECUTING), limit],
+            [executing(), limit],
         )
         ids = [str(row[0]) for row in cursor.fetchall()]
     if ids:

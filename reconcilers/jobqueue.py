@@ -14,6 +14,8 @@ import django_rq
 from django.db import close_old_connections, connection
 from redis import RedisError
 
+from config import tasks
+
 log = logging.getLogger(__name__)
 
 QUEUE = "default"
@@ -38,27 +40,32 @@ def fresh_connection() -> None:
         connection.close()
 
 
-def enqueue(job: str, calls: list[tuple[Any, ...]]) -> bool:
-    """Enqueue `job` once per argument tuple; False when Redis could not take them all."""
+def enqueue(task: str, calls: list[tuple[Any, ...]]) -> bool:
+    """Enqueue the task registered as `task` (`config.tasks`) once per argument tuple; False
+    when Redis could not take them all. The job stores the dispatcher and the task's name, so
+    a job queued before a module moved still runs. A name nobody registered is a mistake in
+    the caller: it raises here (`UnknownTask`) and nothing is queued."""
+    tasks.REGISTRY.lookup(task)
     try:
         queue = django_rq.get_queue(QUEUE)
         for args in calls:
             queue.enqueue(
-                job,
+                tasks.DISPATCHER,
+                task,
                 *args,
                 job_timeout=JOB_TIMEOUT,
                 result_ttl=RESULT_TTL,
                 failure_ttl=FAILURE_TTL,
             )
     except (RedisError, OSError) as exc:
-        log.warning("could not enqueue %s (%s); the sweep will re-drive it", job, exc)
+        log.warning("could not enqueue %s (%s); the sweep will re-drive it", task, exc)
         return False
     return True
 
 
 def enqueue_now(effect_ids: list[str]) -> bool:
     """Enqueue one job checking these effects; False when Redis could not take it."""
-    return enqueue("reconcilers.jobs.check_effects", [(effect_ids,)])
+    return enqueue("check-effects", [(effect_ids,)])
 
 
 def on_checks_due(sender: Any, effect_ids: list[str], **kwargs: Any) -> None:

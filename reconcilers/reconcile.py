@@ -20,7 +20,7 @@ What an answer leads to (docs/concepts.md#recovery):
 | found, differs          | unknown, review (provider_mismatch)                                 |
 | two or more records     | unknown, review (duplicate, high); the tool halted if it says so    |
 | not found, proves       | planned while attempts remain, else failed (never_sent); a tail     |
-|   absence               |   check after it next resolves (`ledger.provider.lookup_absence`)   |
+|   absence               |   check after it next resolves (`ledger.rules.lookup_absence`)   |
 | not found, not yet      | asked again once it could prove absence                             |
 | not found, never        | unknown, review (not_found_unproven)                                |
 | inconclusive            | unknown, retried with backoff and jitter, then review               |
@@ -38,9 +38,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from ledger.containment.reviewqueue import open_review
+from ledger.containment.duplicates import report_duplicate
 from ledger.effects.recovery import apply_plan, database_now, plan_for
-from ledger.effects.states import CHECKED, Kind, Status, sql_list
 from ledger.effects.transitions import (
     Move,
     Superseded,
@@ -51,14 +50,15 @@ from ledger.effects.transitions import (
     transition_many,
 )
 from ledger.models import Effect, EventKind, Reason, Tool
+from ledger.models.states import CHECKED, Kind, Status, sql_list
 from ledger.observability.metrics import count_reconciliation
 from ledger.policy.tools import Policy
-from ledger.provider.duplicates import report_duplicate
-from ledger.provider.lookup_absence import not_found_proves, tail_check_due
-from ledger.restore import reach
+from ledger.rules import reach
+from ledger.rules.lookup_absence import not_found_proves, tail_check_due
+from ledger.rules.reviewqueue import open_review
 from reconcilers import execution
-from reconcilers.adapters import DUPLICATE, FOUND, NOT_FOUND, Lookup
-from reconcilers.registry import adapter_for, executes
+from reconcilers.providers import adapter_for, executes
+from reconcilers.providers.outcomes import DUPLICATE, FOUND, NOT_FOUND, Lookup
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def _settling_move(
     """The answer's whole consequence when it is one transition, with the reconciliation event
     ahead of it: found and matching (confirmed or failed as the provider says; pending moves a
     dispatching effect to awaiting_confirmation), or a not-found that proves absence
-    (`ledger.provider.lookup_absence`: planned while attempts remain, else failed: it was never
+    (`ledger.rules.lookup_absence`: planned while attempts remain, else failed: it was never
     sent). None when it takes more (a review, a reschedule, a chain of moves): `_apply`."""
 
     def move(to: Status, reason: str, changes: dict[str, Any], data: dict[str, Any]) -> Move:
@@ -344,7 +344,9 @@ def _inconclusive(effect: Effect, answer: Lookup, now: datetime) -> None:
         open_review(effect.id, Reason.INCONCLUSIVE)
         _reschedule(effect, None, checks=checks)
     else:
-        _reschedule(effect, now + timedelta(seconds=_backoff(checks)), checks=checks)
+        # A provider that said when to ask again (a 429's Retry-After) is not asked sooner.
+        wait = max(_backoff(checks), min(answer.retry_after or 0.0, settings.LEDGER_BACKOFF_CAP))
+        _reschedule(effect, now + timedelta(seconds=wait), checks=checks)
 
 
 def _to_unknown(effect: Effect, reason: str) -> Effect:

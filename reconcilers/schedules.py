@@ -1,15 +1,19 @@
-"""django-q2 schedules: thin, set-based sweeps over the ledger, declared here and ensured
-idempotently after every migrate (they show in the admin under "Scheduled tasks")."""
+"""django-q2 schedules: thin, set-based sweeps over the ledger, each declared here by its task's
+name and period and ensured idempotently after every migrate (they show in the admin under
+"Scheduled tasks"); the reconciliation sweep itself."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.conf import settings
+from django.core import checks
 from django.db import connection
 
-from ledger.effects.states import CHECKED, Status, sql_list
+from config import tasks
 from ledger.models import Effect
+from ledger.models.states import CHECKED, Status, sql_list
 from reconcilers.execution import redrive_executions
 from reconcilers.jobqueue import enqueue_now
 
@@ -61,113 +65,68 @@ def sweep() -> dict[str, int]:
     return result
 
 
-SCHEDULES = {
-    "reconciliation-sweep": {
-        "func": "reconcilers.schedules.sweep",
-        "minutes": settings.LEDGER_SWEEP_MINUTES,
-    },
-    # One more lookup for effects retried on a proof of absence (reconcilers.tailcheck).
-    "tail-checks": {
-        "func": "reconcilers.tailcheck.run_due",
-        "minutes": settings.LEDGER_SWEEP_MINUTES,
-    },
-    "escalation": {
-        "func": "reviews.alerts.escalation.escalate",
-        "minutes": settings.LEDGER_SWEEP_MINUTES,
-    },
-    # Bulk decisions whose job Redis lost are driven again from their rows (reviews.queue.bulk).
-    "bulk-jobs": {
-        "func": "reviews.queue.bulk.redrive_lost",
-        "minutes": 1,
-    },
-    "review-alerts": {
-        "func": "reviews.alerts.due.sweep",
-        "minutes": settings.LEDGER_SWEEP_MINUTES,
-    },
+# Each schedule by its task's name (registered in an app's `tasks.py`, `config.tasks`) and its
+# period in minutes. Nothing else is stored: the row names the dispatcher and this name.
+SCHEDULES: dict[str, int] = {
+    "reconciliation-sweep": settings.LEDGER_SWEEP_MINUTES,
+    "tail-checks": settings.LEDGER_SWEEP_MINUTES,
+    "escalation": settings.LEDGER_SWEEP_MINUTES,
+    # Bulk decisions whose job Redis lost, driven again from their rows.
+    "bulk-jobs": 1,
+    "review-alerts": settings.LEDGER_SWEEP_MINUTES,
     # Every minute whatever the sweep period: halts and limit breaches are enqueued at once.
-    "alert-sender": {
-        "func": "reviews.alerts.sender.send_due",
-        "minutes": 1,
-    },
-    # The witness outside the database (ledger.restore): compared, then rewritten; a database
-    # found behind it enters restore mode, which ends once what it put in doubt is settled.
-    "restore-witness": {
-        "func": "ledger.restore.mode.watch",
-        "minutes": 1,
-    },
-    # While restore mode is on: the providers' records of the lost window, each matched to an
-    # effect or raised as an incident (reconcilers.gapsweep).
-    "restore-gap-sweep": {
-        "func": "reconcilers.gapsweep.run",
-        "minutes": 1,
-    },
-    # A request sent twice in one run under two keys (ledger.containment.repeated).
-    "repeated-requests": {
-        "func": "ledger.containment.repeated.flag_recent",
-        "minutes": 1,
-    },
-    "seal-events": {
-        "func": "ledger.audit.seal.seal_all",
-        "minutes": 1,
-    },
-    # The effect counts' deltas folded into their rows (ledger.observability.effectcounts): the
-    # summary folds before it reads, this keeps the deltas few when nobody scrapes.
-    "fold-effect-counts": {
-        "func": "ledger.observability.effectcounts.fold",
-        "minutes": 1,
-    },
-    "export-chain-head": {
-        "func": "ledger.audit.seal.export_head",
-        "minutes": 60,
-    },
-    # The events table's partitions for this month and the next three (ledger.audit.partitions):
-    # daily, so a missed run or two still leaves months in hand.
-    "event-partitions": {
-        "func": "ledger.audit.partitions.ensure_ahead",
-        "minutes": 1440,
-    },
-    # Payloads of effects resolved longer ago than their tool's retention (ledger.audit.retention).
-    "retention": {
-        "func": "ledger.audit.retention.redact_expired",
-        "minutes": 60,
-    },
-    # Yesterday's statement for each tool that fetches them; a day already imported is
-    # skipped, so running hourly is a daily import that retries a provider that was down.
-    "fetch-statements": {
-        "func": "reconcilers.statement_fetch.fetch_due_statements",
-        "minutes": 60,
-    },
+    "alert-sender": 1,
+    "restore-witness": 1,
+    "restore-gap-sweep": 1,
+    "repeated-requests": 1,
+    "seal-events": 1,
+    "fold-effect-counts": 1,
+    "export-chain-head": 60,
+    # Daily: a missed run or two still leaves months in hand (four are made ahead).
+    "event-partitions": 1440,
+    "retention": 60,
+    # A day already imported is skipped, so hourly is a daily import that retries a provider
+    # that was down.
+    "fetch-statements": 60,
 }
 
 
 def ensure_schedules() -> None:
-    """Create or update the schedules declared above (catch_up is off cluster-wide) and
-    remove schedules this module no longer declares."""
+    """Make the stored schedules agree with SCHEDULES (catch_up is off cluster-wide), however
+    often it runs. Each row names the dispatcher and its task's name; a row stored by an earlier
+    release, which named a function's dotted path, is rewritten by its name. A dispatcher's row
+    whose name is no longer declared is removed; a row naming any other function is someone
+    else's and stays."""
     from django_q.models import Schedule
 
-    # The old module paths too (`ledger.seal`, `ledger.retention`, before the ledger's
-    # subpackages; `reviews.alerts.sweep`, `reviews.bulk`, `reviews.escalation`, before the
-    # reviews app's, all under "reviews."): a schedule stored under one is ours, and is
-    # rewritten by name below.
-    ours = (
-        "reconcilers.",
-        "reviews.",
-        "ledger.audit.",
-        "ledger.containment.",
-        "ledger.restore.",
-        "ledger.observability.",
-        "ledger.seal.",
-        "ledger.retention.",
-    )
-    for prefix in ours:
-        Schedule.objects.filter(func__startswith=prefix).exclude(name__in=SCHEDULES).delete()
-    for name, spec in SCHEDULES.items():
+    Schedule.objects.filter(func=tasks.DISPATCHER).exclude(name__in=SCHEDULES).delete()
+    for name, minutes in SCHEDULES.items():
         Schedule.objects.update_or_create(
             name=name,
             defaults={
-                "func": spec["func"],
+                "func": tasks.DISPATCHER,
+                "args": repr(name),
                 "schedule_type": Schedule.MINUTES,
-                "minutes": spec["minutes"],
+                "minutes": minutes,
                 "repeats": -1,
             },
         )
+
+
+def tasks_are_registered(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A system check, so every management command that starts a process (the rq worker, the
+    django-q2 cluster, migrate) runs it first: the apps' tasks are found, none registered twice,
+    and each schedule names one of them."""
+    try:
+        known = tasks.REGISTRY.tasks()
+    except tasks.DuplicateTask as exc:
+        return [checks.Error(str(exc), id="reconcilers.E001")]
+    return [
+        checks.Error(
+            f"The schedule {name!r} names no registered task.",
+            hint="Register it in an app's tasks.py (config.tasks.register).",
+            id="reconcilers.E002",
+        )
+        for name in SCHEDULES
+        if name not in known
+    ]

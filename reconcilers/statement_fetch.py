@@ -13,44 +13,15 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
-
 from ledger.effects.recovery import database_now
 from ledger.models import Tool
 from ledger.models.statements import Origin
 from ledger.statements import already_imported, import_statement
+from reconcilers.providers import adapter_for
 
 log = logging.getLogger(__name__)
 
 ACTOR = "system:statements"
-
-
-class StatementFetchError(Exception):
-    """The provider did not hand over a statement (unreachable, an error status)."""
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def fetch_sandbox_statement(
-    base_url: str, period_start: datetime, period_end: datetime, *, timeout: float
-) -> tuple[str, bytes]:
-    """The sandbox payments provider's statement of [period_start, period_end), as CSV:
-    a file name (its extension tells the importer the format) and the content."""
-    try:
-        response = httpx.get(
-            f"{base_url.rstrip('/')}/statements",
-            params={"from": _iso(period_start), "to": _iso(period_end), "format": "csv"},
-            timeout=timeout,
-            trust_env=False,
-        )
-    except httpx.HTTPError as exc:
-        raise StatementFetchError(f"provider unreachable: {type(exc).__name__}") from exc
-    if response.status_code != 200:
-        raise StatementFetchError(f"provider answered {response.status_code}")
-    stamp = f"{period_start.astimezone(UTC):%Y%m%dT%H%M%SZ}"
-    return f"statement-{stamp}-{period_end.astimezone(UTC):%Y%m%dT%H%M%SZ}.csv", response.content
 
 
 def previous_day(now: datetime) -> tuple[datetime, datetime]:
@@ -65,9 +36,6 @@ def fetch_due_statements() -> dict[str, Any]:
     imported by hand). One tool's failure (a provider down, a file the importer refuses) is
     logged and reported; the others go on, and the next run that day tries again. A day
     missed altogether is imported by hand (`importstatement`)."""
-    # Imported here: the adapters (through the registry) call this module's fetch functions.
-    from reconcilers.registry import adapter_for
-
     period_start, period_end = previous_day(database_now())
     result: dict[str, Any] = {"imported": [], "already_imported": [], "failed": {}}
     for tool in Tool.objects.filter(fetch_statements=True).order_by("name"):

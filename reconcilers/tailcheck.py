@@ -1,6 +1,6 @@
 """Tail checks: one more lookup for an effect that was sent again on a proof of absence.
 
-A proof of absence (`ledger.provider.lookup_absence`) rests on the provider's search being complete;
+A proof of absence (`ledger.rules.lookup_absence`) rests on the provider's search being complete;
 if a first request landed after all (a partition that outlasted every bound), the retry made a
 second
 record. So an effect moved on such a proof carries `tail_check_at`, and once it has resolved
@@ -30,17 +30,17 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.events import record_event
+from ledger.containment.duplicates import report_duplicate
 from ledger.effects.recovery import database_now
-from ledger.effects.states import TERMINAL, Status
 from ledger.models import Effect, EventKind, Reason, Tool
+from ledger.models.states import TERMINAL, Status
 from ledger.policy.tools import Policy
-from ledger.provider.duplicates import report_duplicate
-from ledger.provider.lookup_absence import tail_check_due
-from reconcilers.adapters import DUPLICATE, FOUND, INCONCLUSIVE, Lookup
+from ledger.rules.events import record_event
+from ledger.rules.lookup_absence import tail_check_due
+from ledger.rules.reviewqueue import open_review
+from reconcilers.providers import adapter_for
+from reconcilers.providers.outcomes import DUPLICATE, FOUND, INCONCLUSIVE, Lookup
 from reconcilers.reconcile import lookup_pool
-from reconcilers.registry import adapter_for
 
 log = logging.getLogger(__name__)
 

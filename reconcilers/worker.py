@@ -7,6 +7,11 @@ quitting". A Redis restart that lands between two jobs would then leave the ledg
 worker until a supervisor noticed. Here those calls wait for Redis instead, and a job whose
 bookkeeping failed is logged and left behind: the job is only a hint, its effect's state is in
 the ledger, and the sweep re-drives whatever is still unsettled.
+
+It also stops promptly. rq listens for commands (stop this job, shut down) on a pub/sub channel,
+in a thread that waits up to a minute for each message; redis-py 8 waits for that thread when
+it is stopped, so every end of a worker (SIGTERM, the end of a burst) could take a minute. Here
+the thread looks up every second.
 """
 
 from __future__ import annotations
@@ -25,11 +30,20 @@ log = logging.getLogger(__name__)
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 FIRST_WAIT = 0.5
 LONGEST_WAIT = 5.0
+COMMAND_WAIT = 1.0  # how long the command thread waits for a message before it looks up
 
 T = TypeVar("T")
 
 
 class LedgerWorker(SimpleWorker):
+    def subscribe(self) -> None:
+        """rq's own subscription, with a thread that a stop ends within `COMMAND_WAIT`."""
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=COMMAND_WAIT, daemon=True, exception_handler=self._pubsub_exception_handler
+        )
+
     def _through_outage(self, what: str, call: Callable[[], T]) -> T:
         """`call()`, repeated after a pause for as long as Redis is unreachable; a stop asked
         for meanwhile (SIGTERM) ends the wait as rq's own loop ends."""

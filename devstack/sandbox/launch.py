@@ -29,9 +29,19 @@ START_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
 
 
+# The sandbox's own providers; any other name is a provider's fake in its own package.
+SANDBOX = ("payments", "messaging", "stripe_reporting")
+
+
+def provider_module(name: str) -> str:
+    """The module that runs provider `name`: `devstack.sandbox.<name>` for the sandbox's own,
+    `devstack.providers.<name>.fake` for the fake of a real provider (Stripe, Slack, …)."""
+    return f"devstack.sandbox.{name}" if name in SANDBOX else f"devstack.providers.{name}.fake"
+
+
 def provider_argv(name: str, port: int, *args: str) -> list[str]:
-    """The command line of provider `name` ("payments", "messaging"); port 0: a free one."""
-    return [sys.executable, "-m", f"devstack.sandbox.{name}", "--port", str(port), *args]
+    """The command line of provider `name` ("payments", "slack", …); port 0: a free one."""
+    return [sys.executable, "-m", provider_module(name), "--port", str(port), *args]
 
 
 class SandboxProcess:

@@ -42,6 +42,8 @@ from devstack.sandbox.service import (
 )
 from devstack.sandbox.statements import statement
 from devstack.sandbox.store import Store
+from devstack.sandbox.stripe_api import SCHEMA as STRIPE_SCHEMA
+from devstack.sandbox.stripe_api import StripeFace
 from devstack.sandbox.webhooks import SCHEMA as WEBHOOK_SCHEMA
 from devstack.sandbox.webhooks import WebhookSender, deliveries
 
@@ -286,7 +288,8 @@ class PaymentsProvider(Provider):
 
     name = "payments"
     default_port = 8101
-    schema = SCHEMA
+    # Its Stripe face (`/v1/…`, devstack.sandbox.stripe_api) keeps tables of its own here.
+    schema = SCHEMA + STRIPE_SCHEMA
     takes_async = True
 
     def __init__(self, options: Options) -> None:
@@ -298,6 +301,7 @@ class PaymentsProvider(Provider):
                 self.store, options.webhook_url, options.webhook_secret, "sandbox-payments"
             )
         self.confirmer = Confirmer(self.store, webhooks)
+        self.stripe = StripeFace(self)
 
     def _upgrade(self) -> None:
         with self.store.transaction() as db:
@@ -311,11 +315,15 @@ class PaymentsProvider(Provider):
 
     def start(self) -> None:
         self.confirmer.start()
+        self.stripe.start()
 
     def stop(self) -> None:
         self.confirmer.stop()
+        self.stripe.stop()
 
     def handle(self, request: Request, faults: Faults) -> Reply:
+        if request.path.startswith("/v1/"):
+            return self.stripe.handle(request, faults)
         match request.method, request.path.split("/")[1:]:
             case "POST", ["charges"]:
                 return self.create_charge(request, faults)
@@ -552,12 +560,15 @@ class PaymentsProvider(Provider):
     def inspect(self, request: Request) -> Reply | None:
         if (request.method, request.path) == ("GET", "/_sandbox/webhooks"):
             return Reply(200, {"object": "list", "data": deliveries(self.store)})
+        if request.path.startswith("/_sandbox/stripe/"):
+            return self.stripe.inspect(request)
         return None
 
     def reset(self) -> None:
         with self.store.transaction() as db:
             db.execute("DELETE FROM transactions")
             db.execute("DELETE FROM webhook_deliveries")
+        self.stripe.reset()
 
 
 def _received(request: Request, metadata: dict[str, str]) -> tuple[str | None, str | None]:

@@ -3,66 +3,68 @@
 Configured per tool, e.g. in tools.toml:
 
     reconciler = "http_lookup"
-    reconciler_config = { url = "http://tickets.internal/search?ref={idempotency_key}",
+    reconciler_config = { url = "https://tickets.example/search?ref={idempotency_key}",
                           records = "data", key = "reference", status = "state",
-                          ref = "id", confirmed = ["open", "closed"], failed = ["rejected"] }
+                          ref = "id", confirmed = ["open", "closed"], failed = ["rejected"],
+                          auth = "bearer", token_env = "TICKETS_TOKEN", paging = "link" }
 
 `records` is a dotted path to the list of matches in the JSON answer; each match must echo our
 key at `key`, otherwise the answer proves nothing. A provider that answers with one object
 instead (`single_object = true`: the record at `records`, or none) can be asked too, but its
 "none", like a 404 taken as not found (`not_found_on_404 = true`), never proves absence: only a
-list answer can (`answers_with_lists`, `lookup_proves_absence`).
+list answer, every page of it, can (`lookup_proves_absence`). Credentials and paging:
+`reconcilers.providers.http_lookup.calls`.
 
 With `window_url` (a template with {start} and {end}) it also lists what the provider created in
 a window, for restore mode (`list_window`); `created` is the path of each record's creation time
-(ISO 8601), `next` the path of the next page's URL when the provider pages.
+(ISO 8601).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-import httpx
-
 from ledger.models import Effect
-from reconcilers.adapters import (
+from reconcilers.providers.base import AdapterBase, Backing
+from reconcilers.providers.http_lookup import calls
+from reconcilers.providers.http_lookup.calls import AskLater
+from reconcilers.providers.http_lookup.calls import at as _at
+from reconcilers.providers.outcomes import (
     Listing,
     Lookup,
     Record,
     duplicate,
     found,
-    http_client,
     inconclusive,
     not_found,
 )
 
-# Pages a window listing may follow before it gives up (and is retried a minute later).
-MAX_PAGES = 500
-
-
-def _at(value: Any, path: str) -> Any:
-    for part in [p for p in path.split(".") if p]:
-        if isinstance(value, dict):
-            value = value.get(part)
-        elif isinstance(value, list) and part.isdecimal() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
-
 
 @dataclass
-class HttpLookup:
+class HttpLookup(AdapterBase):
     name: ClassVar[str] = "http_lookup"
-    config: dict[str, Any] = field(default_factory=dict)
 
-    @staticmethod
-    def answers_with_lists(config: dict[str, Any]) -> bool:
-        """A list search, unless configured to take single objects or a 404 as answers."""
-        return not config.get("single_object") and not config.get("not_found_on_404")
+    @classmethod
+    def backing(cls, config: dict[str, Any]) -> Backing:
+        """A list search, unless configured to take single objects or a 404 as answers; how
+        consistent the search is, the tool says (`search_lag`): nothing here knows."""
+        lists = not config.get("single_object") and not config.get("not_found_on_404")
+        return Backing(
+            lookup=True,
+            proves_absence=lists,
+            lists_windows=isinstance(config.get("window_url"), str),
+        )
+
+    @classmethod
+    def config_problems(cls, config: dict[str, Any], mode: str) -> list[str]:
+        problems = calls.config_problems(config)
+        url = config.get("url")
+        if not isinstance(url, str) or "{idempotency_key}" not in url:
+            problems.append("url must be a template with {idempotency_key}")
+        return problems
 
     def lookup(self, effect: Effect) -> Lookup:
         template = self.config.get("url")
@@ -70,22 +72,12 @@ class HttpLookup:
             return inconclusive("http_lookup needs a url template with {idempotency_key}")
         url = template.replace("{idempotency_key}", quote(effect.idempotency_key, safe=""))
         try:
-            response = http_client().get(url, timeout=float(self.config.get("timeout", 5)))
-        except httpx.HTTPError as exc:
-            return inconclusive(f"provider unreachable: {type(exc).__name__}")
-        # Off unless configured: a mistyped search URL also answers 404, and a not-found can
-        # be taken as proof of non-receipt.
-        if response.status_code == 404 and self.config.get("not_found_on_404", False):
+            records = self._search(url)
+        except AskLater as later:
+            return inconclusive(later.detail, retry_after=later.retry_after)
+        if records is None:
             return not_found("provider answered 404")
-        if response.status_code != 200:
-            return inconclusive(f"provider answered {response.status_code}")
-        try:
-            records = _at(response.json(), self.config.get("records", "data"))
-        except ValueError:
-            return inconclusive("provider answered something that is not JSON")
         listed = not self.config.get("single_object")
-        if not listed:
-            records = [] if records is None else [records]
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             return inconclusive("provider answer has no list of records")
         key_path = self.config.get("key", "idempotency_key")
@@ -105,10 +97,23 @@ class HttpLookup:
             return inconclusive("provider record lacks a reference")
         return replace(found(str(ref), status, answer=record), listed=listed)
 
-    @staticmethod
-    def lists_windows(config: dict[str, Any]) -> bool:
-        """Only with a `window_url` configured."""
-        return isinstance(config.get("window_url"), str)
+    def _search(self, url: str) -> list[Any] | None:
+        """Every record the search answers, over all its pages (None: a 404 taken as not
+        found, when so configured: a mistyped search URL also answers 404)."""
+        records: list[Any] = []
+        try:
+            for page in calls.pages(url, self.config, self.mode):
+                found_here = _at(page.body, self.config.get("records", "data"))
+                if self.config.get("single_object"):
+                    return [] if found_here is None else [found_here]
+                if not isinstance(found_here, list):
+                    raise AskLater("provider answer has no list of records")
+                records += found_here
+        except AskLater as later:
+            if self.config.get("not_found_on_404") and later.status == 404:
+                return None
+            raise
+        return records
 
     def _status(self, state: Any) -> str:
         if state in self.config.get("confirmed", ["confirmed", "succeeded"]):
@@ -120,31 +125,27 @@ class HttpLookup:
     def list_window(self, start: datetime, end: datetime) -> Listing:
         """Every record the provider created in [start, end), when a `window_url` template
         with {start} and {end} (ISO 8601, UTC) is configured; pages followed through the
-        answer's `next` (a dotted path to the next page's URL, when configured)."""
+        configured paging."""
         template = self.config.get("window_url")
         if not isinstance(template, str) or "{start}" not in template or "{end}" not in template:
             return Listing(False, detail="http_lookup needs a window_url with {start} and {end}")
-        url: Any = template.replace("{start}", quote(start.isoformat(), safe="")).replace(
+        url = template.replace("{start}", quote(start.isoformat(), safe="")).replace(
             "{end}", quote(end.isoformat(), safe="")
         )
         records: list[Record] = []
-        for _ in range(MAX_PAGES):
-            try:
-                response = http_client().get(url, timeout=float(self.config.get("timeout", 5)))
-                body = response.json() if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError) as exc:
-                return Listing(False, detail=f"no list ({type(exc).__name__})")
-            page = _at(body, self.config.get("records", "data"))
-            if not isinstance(page, list) or not all(isinstance(r, dict) for r in page):
-                return Listing(False, detail=f"answer {response.status_code} has no list")
-            try:
-                records += [self._record(r) for r in page]
-            except (TypeError, ValueError) as exc:
-                return Listing(False, detail=f"a record the ledger cannot read ({exc})")
-            url = _at(body, self.config["next"]) if self.config.get("next") else None
-            if not url:
-                return Listing(True, tuple(records))
-        return Listing(False, detail=f"more than {MAX_PAGES} pages")
+        try:
+            for page in calls.pages(url, self.config, self.mode):
+                found_here = _at(page.body, self.config.get("records", "data"))
+                if not isinstance(found_here, list) or not all(
+                    isinstance(r, dict) for r in found_here
+                ):
+                    return Listing(False, detail="an answer has no list")
+                records += [self._record(r) for r in found_here]
+        except AskLater as later:
+            return Listing(False, detail=later.detail)
+        except (TypeError, ValueError) as exc:
+            return Listing(False, detail=f"a record the ledger cannot read ({exc})")
+        return Listing(True, tuple(records))
 
     def _record(self, record: dict[str, Any]) -> Record:
         ref = _at(record, self.config.get("ref", "id"))

@@ -1,5 +1,4 @@
-"""The provider adapter interface: what every adapter answers, and the adapter for tools nobody
-can ask (`reconcilers.registry` picks one by tool configuration).
+"""What a provider adapter answers (`reconcilers.providers.base` says what it is).
 
 An adapter answers one question after a crash: did the provider do this effect? `lookup`
 returns found (with the provider's reference and what it recorded), not found, duplicate (two
@@ -11,18 +10,20 @@ echo our key are all inconclusive. Adapters are called outside any database tran
 
 Adapters that can also list what the provider did in a time window (`list_window(start, end)`,
 a `Listing`) let restore mode account for a window the ledger's database lost
-(`reconcilers.gapsweep`). The same rule holds: anything short of every page is incomplete.
+(`reconcilers.gapsweep`). The same rule holds: anything short of every page is incomplete. A
+long listing may be streamed: its records an iterator that fetches page after page as it is
+read and raises `ListingBroken` at the first page it cannot have, so that no more than a page
+is held at a time; such a listing is complete only once read to its end, and whatever was done
+with the records it yielded before it broke is undone (`ledger.restore.gap.account_for` does
+it all in one transaction).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Protocol
-
-import httpx
-
-from ledger.models import Effect
+from typing import Any, Literal
 
 FOUND, NOT_FOUND, DUPLICATE, INCONCLUSIVE = "found", "not_found", "duplicate", "inconclusive"
 
@@ -41,6 +42,9 @@ class Lookup:
     listed: bool = False
     # Only for `duplicate`: the provider's references of the records it holds under ours.
     refs: tuple[str, ...] = ()
+    # Only for `inconclusive`: the provider asked to be asked again no sooner than this many
+    # seconds from now (a 429's Retry-After).
+    retry_after: float | None = None
 
     def evidence(self) -> dict[str, Any]:
         """What the event log keeps of this answer."""
@@ -71,8 +75,8 @@ def duplicate(refs: list[str], detail: str = "") -> Lookup:
     return Lookup(DUPLICATE, detail=detail, refs=tuple(refs), listed=True)
 
 
-def inconclusive(detail: str) -> Lookup:
-    return Lookup(INCONCLUSIVE, detail=detail)
+def inconclusive(detail: str, *, retry_after: float | None = None) -> Lookup:
+    return Lookup(INCONCLUSIVE, detail=detail, retry_after=retry_after)
 
 
 @dataclass(frozen=True)
@@ -103,37 +107,19 @@ class Record:
 @dataclass(frozen=True)
 class Listing:
     """What a provider listed for a window: complete (every record, all pages), or not, with
-    why. Only a complete listing can account for the window."""
+    why. Only a complete listing can account for the window. `records` is a tuple, or an
+    iterator of pages still to fetch (see the module docstring): then `complete` means
+    "complete unless reading it raises `ListingBroken`"."""
 
     complete: bool
-    records: tuple[Record, ...] = ()
+    records: Iterable[Record] = ()
     detail: str = ""
 
 
-class Adapter(Protocol):
-    name: ClassVar[str]
-
-    def lookup(self, effect: Effect) -> Lookup: ...
-
-
-@dataclass
-class Manual:
-    """A tool nobody can ask: every uncertain effect goes to a person."""
-
-    name: ClassVar[str] = "manual"
-    config: dict[str, Any] = field(default_factory=dict)
-
-    def lookup(self, effect: Effect) -> Lookup:
-        return inconclusive("this tool has no lookup; a person must decide")
+class ListingBroken(Exception):
+    """A streamed listing could not be read to its end (a page missing, the provider down):
+    it is not complete, and nothing may be concluded from the records it yielded."""
 
 
-_client: httpx.Client | None = None
-
-
-def http_client() -> httpx.Client:
-    """One pooled client per process: building one per lookup (TLS context, pool) costs more
-    than the lookup. Proxies from the environment are ignored; providers are called directly."""
-    global _client
-    if _client is None:
-        _client = httpx.Client(trust_env=False, limits=httpx.Limits(max_connections=32))
-    return _client
+class StatementFetchError(Exception):
+    """The provider did not hand over a statement (unreachable, an error status)."""

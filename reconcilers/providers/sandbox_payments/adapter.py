@@ -1,10 +1,12 @@
-"""Adapter for card-payment providers shaped like the sandbox (and Stripe): charges and refunds
-found by idempotency key, checked against what we asked for before they count."""
+"""The adapter of the sandbox card-payments provider's own JSON API (`devstack.sandbox.payments`):
+charges and refunds found by idempotency key, checked against what we asked for before they
+count. The crash test and the drills speak to the sandbox through it."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, ClassVar
@@ -12,40 +14,51 @@ from typing import Any, ClassVar
 import httpx
 
 from ledger.models import Effect
-from ledger.provider.matching import differences, is_refund
-from reconcilers.adapters import (
+from ledger.rules.matching import differences, is_refund
+from reconcilers.providers.base import AdapterBase, Backing, http_client
+from reconcilers.providers.outcomes import (
     Listing,
+    ListingBroken,
     Lookup,
     Record,
     Sent,
     duplicate,
     found,
-    http_client,
     inconclusive,
     not_found,
 )
-from reconcilers.statement_fetch import fetch_sandbox_statement
+from reconcilers.providers.sandbox_payments.statement import fetch_sandbox_statement
 
-DEFAULT_TIMEOUT = 5.0
-# Pages of 100 a window listing may take before it gives up (and is retried a minute later).
-MAX_PAGES = 500
+# Pages of 100 per collection a window listing may take before it gives up (and is retried a
+# minute later); streamed, a page at a time, so the bound is time, not memory.
+MAX_PAGES = 10_000
 _PROVIDER_STATUS = {"succeeded": "confirmed", "pending": "pending", "failed": "failed"}
 
 
 @dataclass
-class SandboxPayments:
+class SandboxPayments(AdapterBase):
     name: ClassVar[str] = "sandbox_payments"
-    config: dict[str, Any] = field(default_factory=dict)
 
-    @staticmethod
-    def answers_with_lists(config: dict[str, Any]) -> bool:
-        """Its lookup is a list search by key (`GET /charges?idempotency_key=`), always."""
-        return True
+    @classmethod
+    def backing(cls, config: dict[str, Any]) -> Backing:
+        """Its lookup is a list search by key (`GET /charges?idempotency_key=`), consistent
+        at once; its list API takes a creation-time range, once it knows where the provider
+        is. It keeps keys as long as it keeps charges (it does not say: not bounded here)."""
+        return Backing(
+            lookup=True,
+            lookup_consistency="consistent",
+            proves_absence=True,
+            lists_windows=bool(config.get("base_url")),
+            fetches_statements=bool(config.get("base_url")),
+            executes=True,
+        )
 
-    @staticmethod
-    def lists_windows(config: dict[str, Any]) -> bool:
-        """Its list API takes a creation-time range, once it knows where the provider is."""
-        return bool(config.get("base_url"))
+    @classmethod
+    def config_problems(cls, config: dict[str, Any], mode: str) -> list[str]:
+        base_url = config.get("base_url", "")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            return ["base_url must be the provider's http(s) address"]
+        return []
 
     @property
     def base_url(self) -> str:
@@ -62,7 +75,7 @@ class SandboxPayments:
             response = http_client().get(
                 f"{self.base_url}/{collection}",
                 params={"idempotency_key": effect.idempotency_key},
-                timeout=float(self.config.get("timeout", DEFAULT_TIMEOUT)),
+                timeout=self.timeout,
             )
         except httpx.HTTPError as exc:
             return inconclusive(f"provider unreachable: {type(exc).__name__}")
@@ -104,7 +117,7 @@ class SandboxPayments:
                 f"{self.base_url}/{self._collection(effect)}",
                 json=effect.request,
                 headers={"Idempotency-Key": effect.idempotency_key},
-                timeout=float(self.config.get("timeout", DEFAULT_TIMEOUT)),
+                timeout=self.timeout,
             )
         except httpx.ConnectError as exc:
             # Refused before anything was sent: safe to try again later.
@@ -132,53 +145,58 @@ class SandboxPayments:
         return Sent(outcome, provider_ref=ref, response=body)
 
     def list_window(self, start: datetime, end: datetime) -> Listing:
-        """Every charge and refund the provider created in [start, end), page by page (its
-        list API: `created[gte]`, `created[lt]`, `starting_after`)."""
+        """Every charge and refund the provider created in [start, end), streamed page by page
+        (its list API: `created[gte]`, `created[lt]`, `starting_after`): a page is fetched as
+        the records are read, and a page it cannot have raises `ListingBroken`."""
         if not self.base_url:
             return Listing(False, detail="no base_url configured for the payments provider")
-        records: list[Record] = []
-        for collection in ("charges", "refunds"):
-            listed = self._list_all(collection, start, end)
-            if isinstance(listed, str):
-                return Listing(False, detail=listed)
-            records += listed
-        return Listing(True, tuple(records))
+        return Listing(True, self._stream(start, end))
 
-    def _list_all(self, collection: str, start: datetime, end: datetime) -> list[Record] | str:
-        """Every record of one collection in the window, or why not."""
+    def _stream(self, start: datetime, end: datetime) -> Iterator[Record]:
+        for collection in ("charges", "refunds"):
+            for page in self._pages(collection, start, end):
+                yield from page
+
+    def _pages(self, collection: str, start: datetime, end: datetime) -> Iterator[list[Record]]:
+        """Every record of one collection in the window, a page at a time."""
         params: dict[str, Any] = {
             "limit": 100,
             "created[gte]": math.floor(start.timestamp()),
             "created[lt]": math.ceil(end.timestamp()),
         }
-        records: list[Record] = []
         for _ in range(MAX_PAGES):
             try:
                 response = http_client().get(
                     f"{self.base_url}/{collection}",
                     params=params,
-                    timeout=float(self.config.get("timeout", DEFAULT_TIMEOUT)),
+                    timeout=self.timeout,
                 )
                 body = response.json() if response.status_code == 200 else None
             except (httpx.HTTPError, ValueError) as exc:
-                return f"{collection}: no list ({type(exc).__name__})"
+                raise ListingBroken(f"{collection}: no list ({type(exc).__name__})") from None
             data = body.get("data") if isinstance(body, dict) else None
             if not isinstance(data, list) or body.get("object") != "list":
-                return f"{collection}: the provider answered {response.status_code} without a list"
+                raise ListingBroken(
+                    f"{collection}: the provider answered {response.status_code} without a list"
+                )
             try:
-                records += [_record(item) for item in data]
+                page = [_record(item) for item in data]
             except (KeyError, TypeError, ValueError) as exc:
-                return f"{collection}: a record the ledger cannot read ({exc})"
+                raise ListingBroken(
+                    f"{collection}: a record the ledger cannot read ({exc})"
+                ) from None
+            yield page
             if not body.get("has_more"):
-                return records
+                return
             params["starting_after"] = data[-1]["id"]
-        return f"{collection}: more than {MAX_PAGES} pages"
+        raise ListingBroken(f"{collection}: more than {MAX_PAGES} pages")
 
     def fetch_statement(self, period_start: datetime, period_end: datetime) -> tuple[str, bytes]:
         """The provider's statement of [period_start, period_end): a file name whose extension
         says its format, and its content (`reconcilers.statement_fetch`)."""
-        timeout = float(self.config.get("timeout", DEFAULT_TIMEOUT))
-        return fetch_sandbox_statement(self.base_url, period_start, period_end, timeout=timeout)
+        return fetch_sandbox_statement(
+            self.base_url, period_start, period_end, timeout=self.timeout
+        )
 
     def _judge(self, effect: Effect, record: dict[str, Any]) -> Lookup:
         ref, status = record.get("id"), _PROVIDER_STATUS.get(str(record.get("status")))

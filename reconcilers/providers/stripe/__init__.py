@@ -1,0 +1,11 @@
+"""Stripe: payments (PaymentIntents) and refunds, through Stripe's official SDK (`stripe`).
+
+The adapter (`adapter`) finds an effect again by the metadata it carried to Stripe, in
+Stripe's strongly consistent list endpoints; it lists windows for restore mode, sends the
+refunds the ledger originates (`sending`), verifies Stripe's signed webhooks (`callbacks`),
+and reads (`report`) and fetches (`reporting`) Stripe's itemized balance change report.
+"""
+
+from reconcilers.providers.stripe.adapter import StripeAdapter
+
+ADAPTER = StripeAdapter
