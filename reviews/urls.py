@@ -1,5 +1,7 @@
 from django.urls import path
 
+from reviews.remote import pages as remote
+from reviews.remote.slack import door as slack
 from reviews.views import (
     approvals,
     bulk,
@@ -14,6 +16,7 @@ from reviews.views import (
     queue,
     runs,
     statements,
+    tokens,
 )
 
 urlpatterns = [
@@ -44,10 +47,19 @@ urlpatterns = [
     path("halts/<int:halt_id>/resume", halts.resume, name="halt-resume"),
     path("statements/", statements.statements, name="statements"),
     path("statements/upload", statements.upload, name="statement-upload"),
+    # A person's own operator tokens (reviews.operatorapi).
+    path("tokens/", tokens.tokens_page, name="api-tokens"),
+    path("tokens/<int:token_id>/revoke", tokens.revoke, name="api-token-revoke"),
     path("incidents/", incidents.incidents, name="incidents"),
     path(
         "incidents/<int:incident_id>/acknowledge",
         incidents.acknowledge,
         name="incident-acknowledge",
     ),
+    # Deciding from where the operator is (reviews.remote, ADR 0020): Slack's interactivity
+    # Request URL (signed by Slack, no session), the link a Slack user links their account
+    # with, and an alert email's decision links (both behind the person's sign-in).
+    path("slack/interactions", slack.interactions, name="slack-interactions"),
+    path("slack/link/<str:token>", remote.slack_link, name="slack-link"),
+    path("links/<str:token>", remote.follow, name="email-link"),
 ]

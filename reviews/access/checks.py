@@ -14,7 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AnonymousUser, Group, User
 from django.contrib.postgres.expressions import ArraySubquery
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef
+from django.db.models import OuterRef, Q
 from django.http import HttpRequest, HttpResponse
 
 from ledger.policy import teams
@@ -55,6 +55,21 @@ def can_read(user: User | AnonymousUser) -> bool:
 
 def can_act(user: User | AnonymousUser) -> bool:
     return bool(roles_of(user) & {OPERATOR, ADMIN})
+
+
+def acts_now(user: User | AnonymousUser) -> bool:
+    """Whether the account may act as the database has it now: active, and an operator or an
+    admin. Unlike `can_act`, nothing read earlier counts (the roles this request read, a session
+    signed in hours ago, a token made last month, a background job queued before the role was
+    taken away): what every decision checks, whatever channel it came through
+    (`reviews.decisions.decide`)."""
+    if not user.is_authenticated:
+        return False
+    return (
+        User.objects.filter(pk=user.pk, is_active=True)
+        .filter(Q(is_superuser=True) | Q(groups__name__in=(OPERATOR, ADMIN)))
+        .exists()
+    )
 
 
 def _needs(check: Callable[[Any], bool]) -> Callable[[View], View]:

@@ -1,7 +1,7 @@
 """Every count and banner a person sees, narrowed to their teams (ADR 0014).
 
 Whoever sees all teams (and everyone while no team exists) reads the ledger's shared summary
-(`ledger.observability.summary`), refreshed by a thread, as before teams. A scoped person's
+(`ledger.overview.summary`), refreshed by a thread, as before teams. A scoped person's
 counts cannot come from it, since it does not know teams: they are counted over the effects
 they may see, and kept per set of teams for `LEDGER_METRICS_REFRESH` seconds, so the overview's
 poll does not count again for every person of a team every few seconds.
@@ -19,8 +19,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from ledger.models import Agent, Effect, Halt, HaltScope, ReviewItem, Tool
-from ledger.observability.metrics import summary
-from ledger.observability.summary import REVIEW_AGE_HOURS, Summary
+from ledger.overview.summary import REVIEW_AGE_HOURS, Summary, summary
 from ledger.policy.teams import effects_q, scope_of
 
 _lock = threading.Lock()

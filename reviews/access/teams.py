@@ -15,7 +15,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Model, Q, QuerySet
 from django.http import Http404
 
-from ledger.models import Agent, Effect, ReviewItem, Run, Tool
+from ledger.models import Agent, Effect, Halt, ReviewItem, Run, Tool
 from ledger.policy.teams import effects_q, may_manage_team, scope_now, scope_of, tools_q
 
 M = TypeVar("M", bound=Model)
@@ -124,5 +124,14 @@ def team_of_scope(scope: str, target: str) -> int | None:
 
 
 def may_manage(user: Person, scope: str, target: str) -> bool:
-    """Whether the user may set or lift a halt (or limit) with this scope and target."""
+    """Whether the user may set or resume a halt (or a limit) with this scope and target."""
     return may_manage_team(user, team_of_scope(scope, target))
+
+
+def may_switch_halt(user: Person, halt: Halt) -> bool:
+    """Whether the user may set or resume this halt, wherever they ask (the halts page, Slack):
+    one narrowed to teams by its teams' operators (admins always), whoever used its run since;
+    any other by who may manage its scope and target."""
+    if halt.teams is None:
+        return may_manage(user, halt.scope, halt.value)
+    return bool(halt.teams) and all(may_manage_team(user, team) for team in halt.teams)

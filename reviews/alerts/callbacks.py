@@ -29,8 +29,8 @@ from django.conf import settings
 from ledger.api import callbacktargets
 from ledger.api.notifications import allowed_targets
 from ledger.api.webhooks import sign
-from ledger.containment.outbox import Leased
 from ledger.jsonenc import ExactJSONEncoder
+from ledger.rules.outbox import Leased
 
 # Shorter than the operators' webhook: an agent's endpoint that hangs must not hold up the
 # operators' alerts behind it.

@@ -7,7 +7,7 @@ Idempotency-Key): delivery is at least once, so a receiver drops the repeats by 
 
 Much of an alert is text an agent chose (run ids, effect keys, tool names, reasons), and it
 reaches people from the ledger's own sender. Every line built from it is one line
-(`ledger.containment.plaintext.one_line`: a line break in a run id can neither end the email's
+(`ledger.rules.plaintext.one_line`: a line break in a run id can neither end the email's
 subject header nor forge a line of the body), and in Slack's format every such value is escaped as
 Slack asks (`&`, `<`, `>`), so `<!channel>` or `<https://evil.example|Re-login>` arrive as the
 text they are, not as a mention or a disguised link; the one link is the ledger's own.
@@ -27,10 +27,12 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 
 from ledger.api.webhooks import sign
-from ledger.containment.outbox import Leased
-from ledger.containment.plaintext import one_line
 from ledger.jsonenc import ExactJSONEncoder
 from ledger.models import AlertKind
+from ledger.rules.outbox import Leased
+from ledger.rules.plaintext import one_line
+from reviews.remote import emaillinks
+from reviews.remote.slack import alerting as slack_alerting
 
 # Per request; with the sender's time budget this keeps a run inside its django-q2 timeout.
 WEBHOOK_TIMEOUT = 10.0
@@ -60,6 +62,8 @@ def text(alert: Leased) -> str:
     lines = [subject(alert), ""]
     if link := _link(alert):
         lines += [link, ""]
+    # A link per decision offered, signed and used once (`reviews.remote.emaillinks`).
+    lines += emaillinks.lines_for(alert.payload)
     lines += _fields(alert)
     lines += ["", f"alert id: {alert.id}"]
     return "\n".join(lines)
@@ -106,6 +110,11 @@ def send_email(alert: Leased, to: list[str] | None = None) -> None:
 def webhook_body(alert: Leased, fmt: str | None = None) -> bytes:
     if (fmt or settings.LEDGER_ALERT_WEBHOOK_FORMAT) == "slack":
         document: dict[str, Any] = {"text": slack_text(alert)}
+        # With Slack's interactivity configured, the decisions offered as buttons (ADR 0020);
+        # the text stays, as the notification's and the fallback's.
+        decisions = slack_alerting.blocks_for(alert, document["text"], _link(alert))
+        if decisions is not None:
+            document["blocks"] = decisions
     else:
         document = {
             "id": str(alert.id),

@@ -10,9 +10,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import connection
 
-from ledger.containment.reviewqueue import open_reviews_sql
-from ledger.effects.states import INCOMPLETE, sql_list
 from ledger.models import Effect, Reason, Tool
+from ledger.models.states import INCOMPLETE, sql_list
+from ledger.rules.reviewqueue import open_reviews_sql
 
 
 def escalate() -> int:

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ledger.containment.outbox import Leased
 from ledger.models import Agent, Effect, Team
 from ledger.policy.teams import team_of_effect, team_of_tool
+from ledger.rules.outbox import Leased
 from reviews.alerts.channels import channels, send_email, send_webhook
 
 log = logging.getLogger("reviews.alerts")

@@ -1,7 +1,7 @@
 """The one sender of the alert outbox.
 
 `send_due` (a django-q2 schedule, every minute) leases one alert at a time
-(`ledger.containment.outbox`), delivers it to every configured channel that has not taken it
+(`ledger.rules.outbox`), delivers it to every configured channel that has not taken it
 yet, outside any transaction, and records the result. Whatever fails is retried after a backoff,
 so each alert reaches each channel at least once. A failure is always the failure of one alert
 (and one channel): any exception while delivering a row, whatever its type, is recorded as a
@@ -9,7 +9,7 @@ failed attempt of that row and the sender goes on to the next, so no row an agen
 callback URL, a run id in a subject) can stop the alerts behind it. An alert about
 something a team owns goes to that team's channels when it has any (`reviews.alerts.routing`):
 a bad team channel is that alert's failure only. Halts and limit breaches
-enqueue through `ledger.containment.outbox.notify`, the review items' alerts through
+enqueue through `ledger.rules.outbox.notify`, the review items' alerts through
 `reviews.alerts.due`; agents' callbacks are enqueued by the status-change trigger
 (`ledger.api.notifications`) and go only to the effect's own callback_url
 (`reviews.alerts.callbacks`).
@@ -22,9 +22,9 @@ import time
 
 from django.db import transaction
 
-from ledger.containment.outbox import Leased, back_off, finish, lease
-from ledger.containment.plaintext import one_line
 from ledger.models import AlertKind
+from ledger.rules.outbox import Leased, back_off, finish, lease
+from ledger.rules.plaintext import one_line
 from reviews.alerts.callbacks import CallbackFailed, send_callback
 from reviews.alerts.channels import DeliveryFailed, subject
 from reviews.alerts.routing import channels_for
@@ -37,7 +37,7 @@ log = logging.getLogger("reviews.alerts")
 # the outbox lease (90 s), so no second run or sender takes rows this one is sending.
 TIME_BUDGET = 30.0
 # Tries of one agent callback (backoff 30 s … 8 min between them,
-# ledger.containment.outbox.retry_delay).
+# ledger.rules.outbox.retry_delay).
 CALLBACK_ATTEMPTS = 6
 
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from django.db.models.functions import Now
 
-from ledger.containment.four_eyes import requester
-from ledger.effects.states import Status
 from ledger.errors import InvalidTransition, Refused
 from ledger.models import Effect, RetryProposal
+from ledger.models.states import Status
+from ledger.rules.four_eyes import requester
 from reviews.sso.people import same_person
 
 

@@ -13,7 +13,11 @@ approval threshold, or a retry another operator proposed on nothing but their wo
 provider never received it). An item another operator holds (`reviews.queue.holds`) is decided
 on only when the asker says so (`Ask.over_hold`).
 
-Teams (ADR 0014) are checked here, first, whoever calls: a person decides only on effects of
+Who decides is checked here, first, whoever calls and through whichever channel (the page, a bulk
+job, Slack, an email link, the operator API, `manage.py decide`): the person must be active and
+an operator (or an admin) as the database has them at that moment
+(`reviews.access.checks.acts_now`), else `NotAnOperator` (a 403 with the code `not_an_operator`).
+Then teams (ADR 0014), whoever calls: a person decides only on effects of
 their teams or of no team, by their teams as the database has them at that moment
 (`reviews.access.teams.decides_on`), so a page, a background bulk job or any later path that
 forgets to look refuses the same (`OutsideTeams`, a 403 with the code `outside_teams`).
@@ -30,11 +34,12 @@ from django.db import IntegrityError, transaction
 
 from ledger.effects.decision_records import record_decision, resolve_review
 from ledger.effects.recovery import VERIFIED_ABSENT
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import Superseded
 from ledger.errors import AttemptsExhausted, InvalidTransition, ValidationFailed
 from ledger.models import Effect, RetryProposal, ReviewItem
+from ledger.models.states import Kind, Status
 from ledger.policy.tools import policy_for
+from reviews.access.checks import acts_now
 from reviews.access.teams import decides_on
 from reviews.decisions.approvals import (
     check_second_pair,
@@ -47,10 +52,10 @@ from reviews.decisions.evidence import Evidence, evidence_of
 from reviews.decisions.grounds import resend_ground
 from reviews.decisions.kinds import ACTIONS, KINDS
 from reviews.decisions.offer import open_item, refusal
-from reviews.decisions.refusals import AlreadyDecided, OutsideTeams, RetryUnsafe
+from reviews.decisions.refusals import AlreadyDecided, NotAnOperator, OutsideTeams, RetryUnsafe
 from reviews.queue.holds import hold_refusal
 
-__all__ = ["AlreadyDecided", "Ask", "Decided", "OutsideTeams", "decide"]
+__all__ = ["AlreadyDecided", "Ask", "Decided", "NotAnOperator", "OutsideTeams", "decide"]
 
 # How the decision effect names a retry that waits for a second operator.
 PROPOSE_RETRY = "propose_retry"
@@ -96,9 +101,15 @@ class _Checked:
 
 
 def decide(effect_id: Any, ask: Ask, *, user: User) -> Decided:
-    """Record `ask` as a decision on the effect. Raises `OutsideTeams` (403: not the person's
-    teams' effect), `ValidationFailed`, a `Refused` (409, with a reason code) or
-    `AlreadyDecided` (someone else won)."""
+    """Record `ask` as a decision on the effect. Raises `NotAnOperator` (403: the person is
+    deactivated or no longer an operator), `OutsideTeams` (403: not the person's teams'
+    effect), `ValidationFailed`, a `Refused` (409, with a reason code) or `AlreadyDecided`
+    (someone else won)."""
+    if not acts_now(user):
+        raise NotAnOperator(
+            f"{user.get_username()} may not decide: the account is deactivated, or no longer "
+            "has the operator role."
+        )
     target = Effect.objects.select_related("agent").get(pk=effect_id)
     if not decides_on(user, target.pk):
         raise OutsideTeams(
@@ -282,6 +293,8 @@ def _record(
         actor=actor,
         details={
             "user_id": user.pk,
+            "channel": ask.channel,
+            **({"via": ask.via} if ask.via else {}),
             "evidence": ask.evidence,
             "ground": checked.ground,
             "compensation": str(follow_up.id) if follow_up else None,

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ledger.effects.states import Kind, Status
 from ledger.errors import Refused
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.models.states import Kind, Status
 from ledger.policy.tools import Policy
 from reconcilers.execution import can_execute
 from reviews.decisions.evidence import Evidence
@@ -77,6 +77,13 @@ class Ask:
     force: bool = False
     # The asker decides although another operator holds the item (`reviews.queue.holds`).
     over_hold: bool = False
+    # Where the decision was taken: "page", "slack", "email", "api" or "command" (break-glass
+    # on the server). Recorded with the decision; every channel goes through the same checks.
+    channel: str = "page"
+    # What the channel knows of where the ask came from, recorded with the decision when given
+    # (details' `via`): the operator API's token ("token 12 (elop_1a2b3c4d5e6f)"), the server
+    # account that ran `manage.py decide`. Never a secret.
+    via: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,9 @@ class DecisionKind:
     question: str
     # The statuses it applies from (the state machine decides the rest).
     from_statuses: frozenset[Status]
+    # Its keyboard shortcut (static/app.js, listed by the `?` help): one lowercase letter, its
+    # own, that opens it on the effect page, and on the queue the current row's effect with it.
+    key: str
     # The form's fields it shows, in order, and those it needs filled (`reason` always).
     fields: tuple[str, ...]
     # The open review items' reasons it settles; with `closes_only`, it is refused on an item

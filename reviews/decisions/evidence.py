@@ -4,12 +4,13 @@ Two events matter to an operator's choice: the latest lookup at the provider (a 
 event: found, not found, duplicate, inconclusive) and the latest event that carries the
 provider's own record of the effect (`data["record"]`: a lookup's answer, or a webhook held for
 review). Both are read for many effects at once, one query each, so that a queue page of any
-length costs the same (`reviews.decisions.suggest.suggest_for_rows`).
+length costs the same (`reviews.decisions.suggest.suggest_for_rows`); the effect page, which
+reads all of one effect's events anyway, picks them from those (`evidence_in`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,21 @@ class Evidence:
 
 def _data(event: EffectEvent | None) -> dict[str, Any]:
     return event.data if event is not None and isinstance(event.data, dict) else {}
+
+
+def carries_record(event: EffectEvent) -> bool:
+    """Whether the event carries the provider's own record of the effect (`data["record"]`)."""
+    return isinstance(event.data, dict) and "record" in event.data
+
+
+def evidence_in(events: Sequence[EffectEvent]) -> Evidence:
+    """One effect's evidence picked from its events, read already in the order they happened:
+    the latest lookup and the latest event that carries a record, as `evidence_for` reads them
+    from the database."""
+    return Evidence(
+        lookup=next((e for e in reversed(events) if e.kind == EventKind.RECONCILIATION), None),
+        record=next((e for e in reversed(events) if carries_record(e)), None),
+    )
 
 
 def evidence_for(effect_ids: Iterable[Any]) -> dict[Any, Evidence]:

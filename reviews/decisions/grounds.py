@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from ledger.effects.recovery import database_now, retry_ground
-from ledger.effects.states import Status
 from ledger.models import Effect
+from ledger.models.states import Status
 from ledger.policy.tools import Policy, policy_for
 from reviews.decisions.evidence import Evidence
 

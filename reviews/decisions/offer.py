@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from django.contrib.auth.models import User
 
-from ledger.effects.states import Kind
 from ledger.errors import Refused
 from ledger.models import Effect, ReviewItem
+from ledger.models.states import Kind
 from reviews.decisions.approvals import is_asker, waits_for_second_pair
 from reviews.decisions.declaration import MISMATCH_REASONS, Action, by_hand_compensation
 from reviews.decisions.evidence import Evidence, evidence_of

@@ -1,6 +1,7 @@
-"""Why a decision is refused (each a `Refused`: 409 with a reason code, except `OutsideTeams`: a
-403). Which rule raises which is `reviews.decisions.offer` and the kinds' own checks
-(`reviews.decisions.kinds`); `OutsideTeams` is `reviews.decisions.decide` itself."""
+"""Why a decision is refused (each a `Refused`: 409 with a reason code, except `OutsideTeams` and
+`NotAnOperator`: a 403). Which rule raises which is `reviews.decisions.offer` and the kinds' own
+checks (`reviews.decisions.kinds`); `OutsideTeams` and `NotAnOperator` are
+`reviews.decisions.decide` itself."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ class OutsideTeams(Forbidden):
     deciding; this is what every other caller meets (a bulk job, a shell, a future API)."""
 
     code = "outside_teams"
+
+
+class NotAnOperator(Forbidden):
+    """The person deciding is deactivated, or no longer an operator (nor an admin), as the
+    database has them at the moment of deciding: a page opened before the role was taken away,
+    a bulk job queued before, a token made before, a command naming them."""
+
+    code = "not_an_operator"
 
 
 class RetryUnsafe(Refused):

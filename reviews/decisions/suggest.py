@@ -32,8 +32,8 @@ from datetime import datetime
 from typing import Any
 
 from ledger.effects.recovery import database_now
-from ledger.effects.states import Kind, Status
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.models.states import Kind, Status
 from ledger.policy.tools import policy_for
 from reviews.decisions.declaration import MISMATCH_REASONS, Action
 from reviews.decisions.evidence import FAILED_STATUSES, NOT_FOUND, Evidence, evidence_for

@@ -4,7 +4,7 @@ from (`reviews.decisions.kinds`), and the facts they read.
 Nothing here decides anything: every sentence is read off the rule that will apply, asked the
 way the code that applies it asks — `ledger.effects.recovery.plan_for` on the would-be state for
 what the agent's `/recovery` will answer, `reviews.decisions.grounds` for why a resend cannot do
-the effect twice, `ledger.effects.interlocks` for which upstreams hold a dependent back,
+the effect twice, `ledger.rules.interlocks` for which upstreams hold a dependent back,
 `reconcilers.execution.can_execute` for whether the ledger sends a refund itself.
 
 The page renders one preview per offered decision, so the facts every preview needs (the
@@ -18,9 +18,6 @@ import copy
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from ledger.containment.halts import halted_among
-from ledger.containment.iso4217 import major_units
-from ledger.effects.interlocks import Upstream, upstreams_of
 from ledger.effects.recovery import (
     HONOURS_KEY,
     NOT_FOUND,
@@ -31,9 +28,12 @@ from ledger.effects.recovery import (
     database_now,
     plan_for,
 )
-from ledger.effects.states import CANCELLABLE, UPSTREAM_DEAD, Kind, Status
 from ledger.models import Effect, EffectDependency, RequestedBy, ReviewItem
+from ledger.models.states import CANCELLABLE, UPSTREAM_DEAD, Kind, Status
+from ledger.policy.iso4217 import major_units
 from ledger.policy.tools import Policy, policy_for
+from ledger.rules.halts import halted_among
+from ledger.rules.interlocks import Upstream, upstreams_of
 from reconcilers.execution import can_execute
 from reviews.decisions.evidence import Evidence, evidence_of
 from reviews.decisions.grounds import NEVER_SENT
@@ -79,7 +79,7 @@ class Facts:
     # What the provider has said of it: the latest lookup, the latest record it sent.
     evidence: Evidence
     # The effect's own upstreams, and each dependent's status and upstreams (this effect among
-    # them), as `ledger.effects.interlocks` reads them.
+    # them), as `ledger.rules.interlocks` reads them.
     upstreams: tuple[Upstream, ...]
     # An active halt covers it (`ledger.containment.halts`): planned again, it could not be
     # claimed now.
@@ -267,7 +267,7 @@ def dependents(
     effect: Effect, facts: Facts, status: Status, *, compensating: bool = False
 ) -> list[Line]:
     """What the dependents still waiting (planned, awaiting approval) will do once the effect is
-    in `status`. The one rule (`ledger.effects.interlocks.blocking`): an upstream holds its
+    in `status`. The one rule (`ledger.rules.interlocks.blocking`): an upstream holds its
     dependents back until it is confirmed with no compensation in flight; one that can never be
     confirmed again (`UPSTREAM_DEAD`) has them cancelled (`ledger.effects.transitions`)."""
     waiting = [(d, ups) for d, s, ups in facts.dependents if s in CANCELLABLE]

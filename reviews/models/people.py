@@ -51,6 +51,10 @@ class Identity(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
+    # Whether the provider said, at the last sign-in, that the account's email address (the
+    # user's `email`) is verified (`email_verified`). Only such an address may map a Slack
+    # user of a workspace trusted for it to this account (`reviews.remote.slack.people`).
+    email_verified = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         verbose_name_plural = "identities"

@@ -54,20 +54,23 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
+from django.http import Http404
 
 from ledger.errors import Forbidden, Refused, ValidationFailed
 from ledger.models import Reason, ReviewItem
 from reconcilers.jobqueue import enqueue, fresh_connection
 from reviews.access.checks import can_act
-from reviews.access.teams import decides_on
+from reviews.access.teams import decides_on, scoped, visible_items
 from reviews.decisions.approvals import is_asker, waits_for_second_pair
 from reviews.decisions.decide import decide
 from reviews.decisions.declaration import Action, Ask
 from reviews.decisions.kinds import KINDS as DECLARED
 from reviews.decisions.offer import allowed_actions
+from reviews.decisions.refusals import NotAnOperator
 from reviews.decisions.suggest import Suggestion, suggest_for_rows
 from reviews.models import BulkJob, BulkJobState
 from reviews.queue.holds import assign_item
+from reviews.queue.pages import COUNT_CAP
 
 # The module's name before it moved into reviews/queue/: log pipelines filter on it.
 log = logging.getLogger("reviews.bulk")
@@ -82,7 +85,8 @@ INLINE_LIMIT = 100
 LOST_AFTER = timedelta(minutes=5)
 # A job lost this many times is not driven again: something stops it, and a person must look.
 REDRIVES = 3
-JOB = "reviews.queue.bulk.run_job"
+# The rq job's task name (reviews/tasks.py registers `run_job` under it).
+JOB = "run-bulk-job"
 NO_REF = "no provider reference suggested to confirm with"
 FOUR_EYES = "needs four-eyes: decide it on its own page"
 
@@ -147,7 +151,14 @@ def _each(
         elif item is None:
             yield Outcome(pk, "", False, "no such review item")
         else:
-            yield _one(item, ask, person, suggestions.get(pk))
+            try:
+                yield _one(item, ask, person, suggestions.get(pk))
+            except NotAnOperator as exc:
+                # The role went between the reading above and the decision's own: the job
+                # stops here, as if the reading had seen it.
+                stopped = creator is not None and creator.now() is None
+                why = creator.stopped if stopped and creator is not None else exc.detail
+                yield Outcome(pk, str(item.effect_id), False, why)
 
 
 @dataclass
@@ -227,22 +238,50 @@ def _one(item: ReviewItem, ask: Request, user: User, suggested: Suggestion | Non
     except ValidationFailed as exc:
         fields = "; ".join(f"{k}: {v}" for k, v in exc.extra.get("fields", {}).items())
         return Outcome(item.pk, effect, False, f"{exc.detail} {fields}".strip())
+    except NotAnOperator:
+        raise  # the person, not this item: `_each` decides what it means for the rest
     except (Refused, Forbidden) as exc:  # Forbidden: `OutsideTeams`, teams changed meanwhile
         return Outcome(item.pk, effect, False, exc.detail)
     return Outcome(item.pk, effect, True)
 
 
+def matching_items(filters: Any) -> list[int]:
+    """The ids of the items a queue filter (`reviews.queue.filters.queue_filter`) matches, up to
+    the queue's count cap: "every item the filter matches"."""
+    return list(filters.qs.values_list("id", flat=True)[:COUNT_CAP])
+
+
+def check_named(user: Any, item_ids: Sequence[int]) -> None:
+    """A 404 when the ids name an item of another team's effect, as naming a missing one would
+    be if the existence of either could be told apart (ADR 0014)."""
+    if not scoped(user):
+        return
+    seen = set(visible_items(user).filter(pk__in=item_ids).values_list("id", flat=True))
+    unseen = set(item_ids) - seen
+    if unseen and ReviewItem.objects.filter(pk__in=unseen).exists():
+        raise Http404("No such review item.")
+
+
+def job_of(user: Any, job_id: int) -> BulkJob:
+    """The person's own bulk job; anyone else's is a 404, as a missing one."""
+    job = BulkJob.objects.filter(pk=job_id, created_by=user).first()
+    if job is None:
+        raise Http404("No such bulk job.")
+    return job
+
+
 def start_job(item_ids: Sequence[int], ask: Request, user: User) -> BulkJob:
     """Record the job and queue it once the row is committed (a worker must find it)."""
-    job = BulkJob.objects.create(
-        created_by=user,
-        action=ask.action,
-        assignee=ask.assignee,
-        reason=ask.reason,
-        evidence=ask.evidence,
-        item_ids=list(item_ids),
-    )
-    transaction.on_commit(lambda: _queue(job.pk), robust=True)
+    with transaction.atomic():
+        job = BulkJob.objects.create(
+            created_by=user,
+            action=ask.action,
+            assignee=ask.assignee,
+            reason=ask.reason,
+            evidence=ask.evidence,
+            item_ids=list(item_ids),
+        )
+        transaction.on_commit(lambda: _queue(job.pk), robust=True)
     return job
 
 

@@ -10,10 +10,11 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from ledger.effects.states import Status
 from ledger.models import Mode, Reason, ReviewItem, Severity
+from ledger.models.states import Status
 from ledger.policy.roles import ADMIN, OPERATOR
 from ledger.policy.teams import scope_of
+from reviews.access.teams import visible_items
 from reviews.queue.pages import search
 
 AGES = [
@@ -52,6 +53,16 @@ def operators(user: Any = None) -> QuerySet[User]:
             Q(team_memberships__team__in=scope) | Q(is_superuser=True) | Q(groups__name=ADMIN)
         )
     return people.distinct().order_by("username")
+
+
+def assignable(user: Any) -> list[tuple[int, str]]:
+    """(id, username) of everyone `user` may assign an item to, by username."""
+    return list(operators(user).values_list("id", "username"))
+
+
+def assignee_numbered(user: Any, person_id: int) -> User | None:
+    """The person with this id, if `user` may assign items to them; None otherwise."""
+    return operators(user).filter(pk=person_id).first()
 
 
 class QueueFilter(django_filters.FilterSet):
@@ -144,3 +155,15 @@ class QueueFilter(django_filters.FilterSet):
 
     def sort_by(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.order_by(*_ORDER[value])
+
+
+def queue_filter(data: Any, user: User) -> QueueFilter:
+    """The queue's filter over the items of effects the person may see (their teams',
+    ADR 0014)."""
+    return QueueFilter(data, queryset=visible_items(user), user=user)
+
+
+def valid_query(data: Any) -> bool:
+    """Whether the queue's filter takes `data` as it is (a query about to be saved); nothing is
+    read."""
+    return QueueFilter(data, queryset=ReviewItem.objects.none()).is_valid()

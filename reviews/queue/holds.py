@@ -1,14 +1,14 @@
 """Who works on a review item: an operator's *hold* on it.
 
 An operator holds an open item (`hold_item`), or is given it (`assign_item`), and releases it
-(`release_item`). A hold is a soft lock: someone else decides on the item only once they have
-confirmed they decide over it (`hold_refusal`; the effect page's dialog asks). It is not an
+(`release_item`). A hold does not stop anyone: someone else decides on the item only once they
+have confirmed they decide over it (`hold_refusal`; the effect page's dialog asks). It is not an
 agent's *claim* of an effect (`POST /api/v1/effects/{id}/claim`), which takes the effect's lease
 to send it; the two never meet.
 
-The hold lives on the ledger's `ReviewItem`: `assignee` is who holds it and `claimed_at` since
-when (the column's name, kept from before holds had their own word); `hold_of` reads both as a
-`Hold`.
+The hold lives on the ledger's `ReviewItem`: `assignee` is who holds it and `held_at` since
+when; `hold_of` reads both as a `Hold`. A decision made over someone's hold records the flag
+under its first name, `over_claim` (`reviews.decisions.decide`): recorded data keeps its keys.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def hold_of(item: ReviewItem | None) -> Hold | None:
     """The hold on `item` (its assignee loaded), or None when nobody holds it."""
     if item is None or item.assignee_id is None:
         return None
-    return Hold(held_by=item.assignee, held_at=item.claimed_at)
+    return Hold(held_by=item.assignee, held_at=item.held_at)
 
 
 def hold_item(item: ReviewItem, user: Any) -> Any:
@@ -65,7 +65,7 @@ def hold_item(item: ReviewItem, user: Any) -> Any:
     first: the conditional UPDATE lets exactly one of two simultaneous holds through). The
     hold's time is the database's, as every other time on the item."""
     ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True, assignee__isnull=True).update(
-        assignee=user, claimed_at=Now()
+        assignee=user, held_at=Now()
     )
     return ReviewItem.objects.select_related("assignee").get(pk=item.pk).assignee
 
@@ -76,7 +76,7 @@ def assign_item(item: ReviewItem, assignee: Any) -> bool:
     held_since = Now() if assignee is not None else None
     return bool(
         ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True).update(
-            assignee=assignee, claimed_at=held_since
+            assignee=assignee, held_at=held_since
         )
     )
 
@@ -93,7 +93,7 @@ def release_item(item: ReviewItem, user: User) -> None:
     held = ReviewItem.objects.filter(pk=item.pk, resolved_at__isnull=True, assignee__isnull=False)
     if ADMIN not in roles_of(user):
         held = held.filter(assignee=user)
-    if held.update(assignee=None, claimed_at=None):
+    if held.update(assignee=None, held_at=None):
         return
     current = ReviewItem.objects.select_related("assignee").get(pk=item.pk)
     if current.resolved_at is not None or current.assignee is None:

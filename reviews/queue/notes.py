@@ -113,3 +113,15 @@ def panel(effect: Any, open_item: Any, user: Any) -> dict[str, Any]:
         },
         "live_fingerprint": state.fingerprint,
     }
+
+
+def item_panel(item: ReviewItem, user: Any) -> dict[str, Any]:
+    """The panel of the item's effect as it is now, after a note or a release: its context,
+    with the effect."""
+    effect = Effect.objects.get(pk=item.effect_id)
+    open_item = (
+        ReviewItem.objects.filter(effect=effect, resolved_at__isnull=True)
+        .select_related("assignee")
+        .first()
+    )
+    return {"effect": effect, **panel(effect, open_item, user)}

@@ -1,7 +1,7 @@
 """The review queue: one page of it, its exact-match search, what a row shows, the page's
 fingerprint for live refreshes, and who works on an item (holding and assigning,
 `reviews.queue.holds`; opening one is
-`ledger.containment.reviewqueue`).
+`ledger.rules.reviewqueue`).
 
 A page is read in two steps so that its cost does not grow with the queue: the ids of the page's
 items are selected from the review-item table alone (every filter but the effect's status reads
@@ -25,8 +25,8 @@ from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger.containment.iso4217 import major_units
 from ledger.models import Effect, ReviewItem
+from ledger.policy.iso4217 import major_units
 from reviews.access.teams import visible_effects
 from reviews.decisions.suggest import suggest_for_rows
 from reviews.templatetags.times import FORMAT

@@ -24,10 +24,10 @@ from django.db import transaction
 from django.db.models import Q, Subquery
 from django.db.models.functions import Now
 
-from ledger.audit.redaction import scrub_cards
 from ledger.containment.halts import system_agent
 from ledger.effects.decision_records import record_standalone_decision
 from ledger.errors import ValidationFailed
+from ledger.policy.redaction import scrub_cards
 from ledger.policy.roles import ADMIN, ROLES
 from reviews.models import Account, Identity, Person
 from reviews.sso.config import SsoConfig
@@ -127,7 +127,10 @@ def bind(config: SsoConfig, claims: dict[str, Any]) -> User:
     user = found.user if found else _create(issuer, subject)
     if not user.is_active:
         raise SsoRefused("This account is deactivated in Effect Ledger.", reason="inactive")
-    Identity.objects.filter(user=user).update(last_seen_at=Now())
+    # Whether the provider vouches for the email it sent, as of this sign-in (a Slack user of
+    # a workspace trusted for it is mapped by that address alone: `reviews.remote.slack`).
+    verified = claims.get("email_verified") is True
+    Identity.objects.filter(user=user).update(last_seen_at=Now(), email_verified=verified)
     _names(user, claims)
     set_roles(user, roles)
     Person.objects.filter(accounts__user=user, name="").update(name=user.get_full_name())

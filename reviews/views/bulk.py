@@ -1,32 +1,35 @@
 """Many review items at once (`reviews.queue.bulk`): choose, confirm on a page that says how many
-items and which decision, then see each item's outcome; and an operator's saved queue filters.
+items and which decision, then see each item's outcome; and an operator's saved queue filters
+(`reviews.queue.saved`).
 
 Plain form posts and full pages, so they work without JavaScript; the progress page of a
 background job polls with htmx until the job is done."""
 
 from __future__ import annotations
 
-import contextlib
-
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.models import ReviewItem
 from reviews.access.checks import actor, reader
-from reviews.access.teams import scoped, visible_items
 from reviews.decisions.kinds import kind_of
-from reviews.models import BulkJob, SavedFilter
-from reviews.queue.bulk import ASSIGN, INLINE_LIMIT, Request, apply, problems, start_job
-from reviews.queue.filters import QueueFilter, operators
+from reviews.queue import saved
+from reviews.queue.bulk import (
+    ASSIGN,
+    INLINE_LIMIT,
+    Request,
+    apply,
+    check_named,
+    job_of,
+    matching_items,
+    problems,
+    start_job,
+)
+from reviews.queue.filters import assignee_numbered, queue_filter
 from reviews.queue.pages import COUNT_CAP
-
-NAME_MAX = SavedFilter._meta.get_field("name").max_length
-QUERY_MAX = SavedFilter._meta.get_field("query").max_length
 
 
 class BadChoice(ValueError):
@@ -37,26 +40,18 @@ def _selected(request: HttpRequest) -> list[int]:
     """The items the form names: the ticked rows, or every item the given filter matches (up
     to the queue's count cap)."""
     if request.POST.get("scope") == "all":
-        filters = QueueFilter(
-            QueryDict(request.POST.get("query", "")),
-            queryset=visible_items(request.user),
-            user=request.user,
-        )
+        filters = queue_filter(QueryDict(request.POST.get("query", "")), request.user)
         if not filters.is_valid():
             raise BadChoice("The filter is not valid.")
-        return list(filters.qs.values_list("id", flat=True)[:COUNT_CAP])
+        return matching_items(filters)
     try:
         ids = list(dict.fromkeys(int(v) for v in request.POST.getlist("items")))
     except ValueError:
         raise BadChoice("Items are named by their numbers.") from None
     if len(ids) > COUNT_CAP:
         raise BadChoice(f"At most {COUNT_CAP} items at once.")
-    # Naming an item of another team's effect is a 404, as naming a missing one would be if
-    # the existence of either could be told apart (ADR 0014).
-    if scoped(request.user):
-        seen = set(visible_items(request.user).filter(pk__in=ids).values_list("id", flat=True))
-        if seen != set(ids) and ReviewItem.objects.filter(pk__in=set(ids) - seen).exists():
-            raise Http404("No such review item.")
+    # Naming an item of another team's effect is a 404 (ADR 0014).
+    check_named(request.user, ids)
     return ids
 
 
@@ -65,9 +60,7 @@ def _asked(request: HttpRequest) -> Request:
     assignee = None
     if action == ASSIGN:
         try:
-            assignee = (
-                operators(request.user).filter(pk=int(request.POST.get("assignee", ""))).first()
-            )
+            assignee = assignee_numbered(request.user, int(request.POST.get("assignee", "")))
         except ValueError:
             raise BadChoice("Choose an operator to assign.") from None
         if not isinstance(assignee, User):
@@ -114,8 +107,7 @@ def start(request: HttpRequest) -> HttpResponse:
     if request.POST.get("confirmed") != "1":
         return render(request, "reviews/bulk.html", context)
     if len(ids) > INLINE_LIMIT:
-        with transaction.atomic():
-            job = start_job(ids, ask, request.user)
+        job = start_job(ids, ask, request.user)
         return redirect("queue-bulk-progress", bulk_id=job.pk)
     outcomes = apply(ids, ask, request.user)
     return render(
@@ -133,7 +125,7 @@ def start(request: HttpRequest) -> HttpResponse:
 @require_GET
 @reader  # its creator, even once no longer an operator: a job stopped for that says so here
 def progress(request: HttpRequest, bulk_id: int) -> HttpResponse:
-    job = get_object_or_404(BulkJob, pk=bulk_id, created_by=request.user)
+    job = job_of(request.user, bulk_id)
     outcomes = job.results
     done = sum(1 for o in outcomes if o["done"])
     context = {
@@ -154,30 +146,18 @@ def progress(request: HttpRequest, bulk_id: int) -> HttpResponse:
 def save_filter(request: HttpRequest) -> HttpResponse:
     """Save the queue's current query under a name (the same name replaces it)."""
     name = request.POST.get("name", "").strip()
-    query = QueryDict(request.POST.get("query", "").lstrip("?"), mutable=True)
-    for transient in ("page", "live"):
-        query.pop(transient, None)
-    encoded = query.urlencode()
-    if not name or len(name) > NAME_MAX:
-        return HttpResponse(f"Name the filter (at most {NAME_MAX} characters).", status=400)
-    if len(encoded) > QUERY_MAX:
-        return HttpResponse("That filter is too long to save.", status=400)
-    if not QueueFilter(query, queryset=ReviewItem.objects.none()).is_valid():
-        return HttpResponse("That filter is not valid.", status=400)
-    # Saved twice at once under a new name: one insert wins, and the other stands.
-    with contextlib.suppress(IntegrityError):
-        SavedFilter.objects.update_or_create(
-            owner=request.user, name=name, defaults={"query": encoded}
-        )
+    try:
+        kept = saved.keep(request.user, name, request.POST.get("query", ""))
+    except saved.NotSaved as exc:
+        return HttpResponse(str(exc), status=400)
     messages.success(request, f"Saved filter “{name}”.")
-    return redirect(f"{reverse('queue')}?{encoded}")
+    return redirect(f"{reverse('queue')}?{kept}")
 
 
 @require_POST
 @actor
 def delete_filter(request: HttpRequest, filter_id: int) -> HttpResponse:
     """Delete one of the operator's own saved filters; anyone else's is not found."""
-    saved = get_object_or_404(SavedFilter, pk=filter_id, owner=request.user)
-    saved.delete()
-    messages.success(request, f"Deleted filter “{saved.name}”.")
+    forgotten = saved.forget(request.user, filter_id)
+    messages.success(request, f"Deleted filter “{forgotten.name}”.")
     return redirect("queue")

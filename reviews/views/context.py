@@ -9,31 +9,15 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 
-from ledger.containment.halts import active_halts
-from ledger.effects.states import Status
+from ledger.rules.halts import active_halts
 from reviews.access.checks import can_act, can_read
-from reviews.access.counts import summary_for, visible_halts
-from reviews.access.teams import visible_effects
-from reviews.views.approvals import pending_proposals
+from reviews.access.counts import visible_halts
+from reviews.decisions.waiting import waiting_count
 
 
 def roles(request: HttpRequest) -> dict[str, Any]:
     user = request.user
     return {"can_act": can_act(user), "can_read": can_read(user), "now": timezone.now()}
-
-
-def waiting_for_approval(user: Any) -> int:
-    """How many effects and retry proposals wait for four-eyes (the approvals page's rows), of
-    the teams `user` sees. The effects are counted from the ledger's summary
-    (`ledger.observability.summary`, refreshed every few seconds by a thread; per team in
-    `reviews.access.counts`), not by a count over the effects on every page; the proposals are
-    few and indexed."""
-    held = sum(
-        n
-        for (_, _, _, status), n in summary_for(user).effect_counts.items()
-        if status == Status.AWAITING_APPROVAL
-    )
-    return held + visible_effects(user, pending_proposals(), "effect__").count()
 
 
 def halts(request: HttpRequest) -> dict[str, Any]:
@@ -44,5 +28,5 @@ def halts(request: HttpRequest) -> dict[str, Any]:
     user = request.user
     return {
         "active_halts": SimpleLazyObject(lambda: visible_halts(user, active_halts())),
-        "awaiting_approval": SimpleLazyObject(lambda: waiting_for_approval(user)),
+        "awaiting_approval": SimpleLazyObject(lambda: waiting_count(user)),
     }

@@ -1,39 +1,29 @@
-"""One effect on one page, and the decisions operators take on it."""
+"""One effect on one page (read by `reviews.records.effect`), and the decisions operators take
+on it."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
-from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import jsonenc
-from ledger.containment.limits import value_at
-from ledger.effects.states import Kind
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.models import (
-    Effect,
-    EffectDependency,
-    EffectEvent,
-    EventKind,
-    Reason,
-    ReviewItem,
-    StatementLine,
-)
-from ledger.policy.tools import policy_for
+from ledger.models import Effect, EffectEvent, EventKind, Reason, ReviewItem
+from ledger.models.states import Kind
 from reconcilers.execution import can_execute
 from reviews.access.checks import actor, reader
-from reviews.access.teams import effect_or_404
 from reviews.decisions.approvals import is_asker, waits_for_second_pair
 from reviews.decisions.decide import AlreadyDecided
-from reviews.decisions.decide import decide as record_decision
+from reviews.decisions.decide import decide as decide_effect
 from reviews.decisions.declaration import Action
-from reviews.decisions.evidence import Evidence, provider_refs
+from reviews.decisions.evidence import Evidence, evidence_in, provider_refs
 from reviews.decisions.forms import DecisionForm, valid_action
 from reviews.decisions.kinds import KINDS
 from reviews.decisions.offer import allowed_actions
@@ -41,7 +31,14 @@ from reviews.decisions.preview import preview_for
 from reviews.decisions.suggest import Suggestion, suggestion
 from reviews.queue import notes
 from reviews.queue.holds import hold_of, hold_text
-from reviews.views.statements import shown_lines
+from reviews.records.effect import (
+    EffectRecord,
+    compared,
+    decision_taken,
+    effect_to_decide,
+    record_of,
+)
+from reviews.remote import emaillinks
 
 
 def _pretty(value: Any) -> str:
@@ -52,7 +49,6 @@ def _pretty(value: Any) -> str:
 
 # Event data longer than this many lines is folded in a <details> on the timeline.
 FOLD_AFTER_LINES = 4
-REDACTED = "redacted"
 
 
 def _event_json(data: Any) -> str:
@@ -69,67 +65,6 @@ def _timeline(events: list[EffectEvent]) -> list[tuple[EffectEvent, str, bool]]:
         shown = _event_json(event.data)
         rows.append((event, shown, shown.count("\n") >= FOLD_AFTER_LINES))
     return rows
-
-
-def _redacted(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("redacted") is True
-
-
-def _field(value: Any, path: str) -> str:
-    """A field of a redacted-or-not payload as text: "redacted" when the payload was redacted
-    (retention purges requests and records to `{"redacted": true}`), "—" when absent."""
-    if _redacted(value):
-        return REDACTED
-    found = value_at(value, path)
-    if found is None or found == "":
-        return "—"
-    return REDACTED if _redacted(found) else str(found)
-
-
-# Row of the comparison: (label, the mismatch names that mark it differing).
-_COMPARED_ROWS = (
-    ("Amount", ("amount",)),
-    ("Currency", ("currency",)),
-    ("Target (account)", ("account", "target")),
-    ("Status", ("status",)),
-    ("Provider reference (id)", ("id", "provider_ref")),
-)
-
-
-def _compared(effect: Effect, events: list[EffectEvent]) -> dict[str, Any] | None:
-    """Ours against the provider's record, from the latest event that carries one
-    (a reconciliation, or a webhook held for review); None when no event does."""
-    event = next(
-        (e for e in reversed(events) if isinstance(e.data, dict) and "record" in e.data), None
-    )
-    if event is None:
-        return None
-    # Only now: the tool's paths are read (and cached) for effects that have a record.
-    policy = policy_for(effect.tool)
-    record = event.data["record"]
-    mismatches = event.data.get("mismatches")
-    differs = {str(m) for m in mismatches} if isinstance(mismatches, list) else set()
-    request = effect.request
-    ours = (
-        _field(request, policy.amount_path or "amount"),
-        _field(request, policy.currency_path or "currency"),
-        effect.target or "—",
-        effect.status,
-        effect.provider_ref or "—",
-    )
-    account = "account" if value_at(record, "account") is not None else "target"
-    theirs = (
-        _field(record, "amount"),
-        _field(record, "currency"),
-        _field(record, account),
-        _field(record, "status"),
-        _field(record, "id"),
-    )
-    rows = [
-        {"label": label, "ours": mine, "theirs": their, "differs": bool(differs & set(names))}
-        for (label, names), mine, their in zip(_COMPARED_ROWS, ours, theirs, strict=True)
-    ]
-    return {"event": event, "rows": rows, "record_redacted": _redacted(record)}
 
 
 def _decisions(
@@ -178,63 +113,39 @@ def _context(
     """Everything the effect page shows: the effect and what surrounds it, and, around its open
     review item, the decisions offered and who is working on it."""
     # Another team's effect is a 404, like a missing one (ADR 0014).
-    effect = effect_or_404(
-        user, effect_id, Effect.objects.select_related("agent", "parent", "parent__agent")
-    )
-    events = list(EffectEvent.objects.filter(effect=effect).order_by("id"))
-    reviews = list(
-        ReviewItem.objects.filter(effect=effect)
-        .select_related("assignee", "resolved_by")
-        .order_by("-opened_at")
-    )
-    open_item = next((r for r in reviews if r.resolved_at is None), None)
+    record = record_of(user, effect_id)
+    effect, events, open_item = record.effect, record.events, record.open_review
+    evidence = evidence_in(events)
     return {
-        **_as_recorded(effect, events),
-        "reviews": reviews,
+        **_as_recorded(record, evidence),
+        "reviews": record.reviews,
         "open_review": open_item,
         "provider_refs": (
             provider_refs(effect, events)
             if open_item is not None and open_item.reason == Reason.DUPLICATE
             else []
         ),
-        **_deciding(effect, events, open_item, user, forms or {}, opened),
+        **_deciding(effect, evidence, open_item, user, forms or {}, opened),
         # Notes on the open item and who is working on it (reviews.queue.notes).
         **notes.panel(effect, open_item, user),
     }
 
 
-def _as_recorded(effect: Effect, events: list[EffectEvent]) -> dict[str, Any]:
+def _as_recorded(record: EffectRecord, evidence: Evidence) -> dict[str, Any]:
     """The effect as the ledger holds it: its events, its provider's record, what it depends on
     and what depends on it, its decisions and compensations, and its payloads."""
-    children = list(Effect.objects.filter(parent=effect).order_by("created_at", "id"))
-    upstream = list(
-        EffectDependency.objects.filter(downstream=effect)
-        .select_related("upstream")
-        .order_by("upstream__created_at")
-    )
-    downstream = list(
-        EffectDependency.objects.filter(upstream=effect)
-        .select_related("downstream")
-        .order_by("downstream__created_at")
-    )
-    # The provider's record of it: every line that names it, current or revised away, whatever
-    # the statement's period (stmline_effect_idx).
-    lines = shown_lines(
-        StatementLine.objects.filter(effect_id=effect.pk)
-        .select_related("statement")
-        .order_by("statement__period_start", "statement_id", "line_no")
-    )
+    effect, events = record.effect, record.events
     return {
         "effect": effect,
         "events": events,
         "timeline": _timeline(events),
-        "compared": _compared(effect, events),
+        "compared": compared(effect, evidence.record),
         "reconciliations": [e for e in events if e.kind == EventKind.RECONCILIATION],
-        "statement_lines": lines,
-        "decisions": [c for c in children if c.kind == Kind.DECISION],
-        "compensations": [c for c in children if c.kind == Kind.COMPENSATION],
-        "upstream": upstream,
-        "downstream": downstream,
+        "statement_lines": record.statement_lines,
+        "decisions": record.decisions,
+        "compensations": record.compensations,
+        "upstream": record.upstream,
+        "downstream": record.downstream,
         "executes": can_execute(effect.tool) if effect.kind == Kind.COMPENSATION else None,
         "request_json": _pretty(effect.request),
         "response_json": _pretty(effect.response),
@@ -245,7 +156,7 @@ def _as_recorded(effect: Effect, events: list[EffectEvent]) -> dict[str, Any]:
 
 def _deciding(
     effect: Effect,
-    events: list[EffectEvent],
+    evidence: Evidence,
     open_item: ReviewItem | None,
     user: Any,
     forms: dict[str, DecisionForm],
@@ -253,7 +164,6 @@ def _deciding(
 ) -> dict[str, Any]:
     """The decisions offered to `user`, the suggested one (open, unless `opened` names
     another), and what they must know first: who holds the item, who asked for four-eyes."""
-    evidence = _evidence(events)
     actions = allowed_actions(effect, user, item=open_item, evidence=evidence)
     suggested = suggestion(effect, open_item, evidence)
     if suggested is not None and suggested.action not in actions:
@@ -275,24 +185,9 @@ def _deciding(
     }
 
 
-def _evidence(events: list[EffectEvent]) -> Evidence:
-    """The latest lookup and provider record, from the events the page has read already."""
-    return Evidence(
-        lookup=next((e for e in reversed(events) if e.kind == EventKind.RECONCILIATION), None),
-        record=next(
-            (e for e in reversed(events) if isinstance(e.data, dict) and "record" in e.data), None
-        ),
-    )
-
-
 def _result(effect_id: uuid.UUID, decided: str) -> str:
     """The result of the decision `decided` (an id from the URL after a decision), or ""."""
-    try:
-        decision = Effect.objects.filter(
-            pk=uuid.UUID(decided), parent_id=effect_id, kind=Kind.DECISION
-        ).first()
-    except ValueError:
-        return ""
+    decision = decision_taken(effect_id, decided)
     if decision is None:
         return ""
     text = f"Decision recorded ({decision.provenance.get('action')}) as effect {decision.id}."
@@ -316,7 +211,7 @@ def decide(request: HttpRequest, effect_id: uuid.UUID, action: str) -> HttpRespo
     dialog) gets the confirmation step, the same question the dialog asks."""
     if not valid_action(action):
         raise Http404("No such decision.")
-    effect = effect_or_404(request.user, effect_id, Effect.objects.filter(~Q(kind=Kind.DECISION)))
+    effect = effect_to_decide(request.user, effect_id)
     form = DecisionForm(request.POST, action=action, auto_id=f"{action}_%s")
     template = "reviews/effect.html#page" if request.htmx else "reviews/effect.html"
     status, problem = 422, ""
@@ -332,9 +227,11 @@ def decide(request: HttpRequest, effect_id: uuid.UUID, action: str) -> HttpRespo
         }
         return render(request, template, context)
     if form.is_valid():
-        ask = form.to_ask()
+        # A form opened from an alert email's link records "email" (reviews.remote.emaillinks).
+        channel = emaillinks.channel_of(request.session, effect_id, action)
+        ask = replace(form.to_ask(), channel=channel)
         try:
-            decided = record_decision(effect_id, ask, user=request.user)
+            decided = decide_effect(effect_id, ask, user=request.user)
         except ValidationFailed as exc:
             for name, text in exc.extra.get("fields", {}).items():
                 form.add_error(name if name in form.fields else None, text)
@@ -346,6 +243,7 @@ def decide(request: HttpRequest, effect_id: uuid.UUID, action: str) -> HttpRespo
         except LedgerError as exc:
             status, problem = exc.status, exc.detail
         else:
+            emaillinks.decided(request.session, effect_id)
             if not request.htmx:
                 url = reverse("effect", kwargs={"effect_id": effect_id})
                 return redirect(f"{url}?decided={decided.decision.id}")

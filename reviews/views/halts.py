@@ -3,7 +3,7 @@ verb, each calling its namesake in `ledger.containment.halts`.
 
 A run halt set by a person scoped to teams is narrowed to their teams (`halt_teams`): it stops
 that run's agents of their teams and agents of no team, never another team's agent that uses
-the same run id. Such a halt is lifted by its teams' operators, whoever has used the run since.
+the same run id. Such a halt is resumed by its teams' operators, whoever has used the run since.
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.containment import halts as kill_switch
+from ledger.containment import halts as halting
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.models import Halt, HaltScope
 from ledger.policy.roles import ADMIN
-from ledger.policy.teams import any_team, may_manage_team, teams_of
+from ledger.policy.teams import any_team, teams_of
+from ledger.rules import halts as halt_rules
 from reviews.access.checks import actor, can_act, reader, roles_of
 from reviews.access.counts import visible_halts
-from reviews.access.teams import may_manage
+from reviews.access.teams import may_switch_halt
+from reviews.records import halts as shown_halts
 
 CONFIRM_LABEL = "I understand that claims stop at once; this is recorded as a decision"
 
@@ -56,28 +58,14 @@ def halt_teams(user: User | AnonymousUser) -> frozenset[int] | None:
     return teams_of(user)
 
 
-def _with_whose(halts: list[Halt]) -> list[Halt]:
-    for one in halts:
-        one.whose = kill_switch.whose(one)  # type: ignore[attr-defined]
-    return halts
-
-
 def _page(request: HttpRequest, form: HaltForm | None = None, status: int = 200) -> HttpResponse:
-    lifted = Halt.objects.filter(lifted_at__isnull=False).order_by("-lifted_at")[:20]
     context = {
         # Halts on other teams' tools, agents and narrowed runs are not shown (ADR 0014).
-        "halts": _with_whose(visible_halts(request.user, kill_switch.active_halts())),
-        "lifted": _with_whose(visible_halts(request.user, list(lifted))),
+        "halts": shown_halts.active(request.user),
+        "resumed": shown_halts.resumed(request.user),
         "form": form or (HaltForm(auto_id="halt_%s") if can_act(request.user) else None),
     }
     return render(request, "reviews/halts.html", context, status=status)
-
-
-def _may_manage(user: User | AnonymousUser, target: Halt) -> bool:
-    # A halt narrowed to teams: its teams' operators (admins always), whoever used its run since.
-    if target.teams is None:
-        return may_manage(user, target.scope, target.value)
-    return bool(target.teams) and all(may_manage_team(user, team) for team in target.teams)
 
 
 def _may_switch(request: HttpRequest, target: Halt) -> None:
@@ -86,9 +74,9 @@ def _may_switch(request: HttpRequest, target: Halt) -> None:
     (403), once teams exist."""
     if not visible_halts(request.user, [target]):
         raise Http404("No such tool or agent.")
-    if not _may_manage(request.user, target):
+    if not may_switch_halt(request.user, target):
         raise PermissionDenied(
-            "Only an admin may set or lift this halt: it is global, or on something no team "
+            "Only an admin may set or resume this halt: it is global, or on something no team "
             "of yours owns."
         )
 
@@ -108,7 +96,7 @@ def halt(request: HttpRequest) -> HttpResponse:
     data = form.cleaned_data
     _may_switch(request, Halt(scope=data["scope"], value=data["value"]))
     try:
-        switched = kill_switch.halt(
+        switched = halting.halt(
             data["scope"],
             data["value"],
             reason=data["reason"],
@@ -121,9 +109,9 @@ def halt(request: HttpRequest) -> HttpResponse:
             form.add_error(name if name in form.fields else None, text)
         return _page(request, form, 422)
     if switched.changed:
-        messages.success(request, f"Halted. {kill_switch.described(switched.halt)}")
+        messages.success(request, f"Halted. {halt_rules.described(switched.halt)}")
     else:
-        described = kill_switch.described(switched.halt)
+        described = halt_rules.described(switched.halt)
         messages.info(request, f"Already halted; nothing changed. {described}")
     return redirect("halts")
 
@@ -135,18 +123,18 @@ def resume(request: HttpRequest, halt_id: int) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Give a reason and tick the confirmation to resume.")
         return _page(request, status=422)
-    target = Halt.objects.filter(pk=halt_id).first()
+    target = shown_halts.halt_numbered(halt_id)
     if target is not None:
         _may_switch(request, target)
     try:
-        switched = kill_switch.resume(
+        switched = halting.resume(
             halt_id, reason=form.cleaned_data["reason"], by=request.user.get_username()
         )
     except LedgerError as exc:
         messages.error(request, exc.detail)
         return _page(request, status=exc.status)
     if switched.changed:
-        messages.success(request, f"Resumed: halt {halt_id} lifted.")
+        messages.success(request, f"Resumed: halt {halt_id}.")
     else:
-        messages.info(request, f"Halt {halt_id} was lifted already by {switched.halt.lifted_by}.")
+        messages.info(request, f"Halt {halt_id} was resumed already by {switched.halt.resumed_by}.")
     return redirect("halts")

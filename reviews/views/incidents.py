@@ -6,17 +6,14 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.containment.iso4217 import major_units
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.models import Incident
-from ledger.statements import acknowledge_incident, incident_queue
+from ledger.statements import acknowledge_incident
 from reviews.access.checks import actor, can_act, reader
-from reviews.access.teams import visible_by_tool, visible_object_or_404
+from reviews.records import incidents as shown
 
 PAGE_SIZE = 50
 RECENT = 50
@@ -42,24 +39,15 @@ def _page(
 ) -> HttpResponse:
     """The page; `failed` is an incident's acknowledge form that was refused, to show again."""
     # Incidents of other teams' tools are not shown (ADR 0014).
-    page = Paginator(visible_by_tool(request.user, incident_queue()), PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    page = shown.open_page(request.user, request.GET.get("page"), PAGE_SIZE)
     acting = can_act(request.user)
     rows = []
     for incident in page:
-        incident.amount = major_units(incident.line.amount_minor, incident.line.currency)
         form = None
         if acting:
             form = failed[1] if failed and failed[0] == incident.pk else _form(incident.pk)
         rows.append((incident, form))
-    acknowledged = list(
-        visible_by_tool(request.user, Incident.objects.filter(acknowledged_at__isnull=False))
-        .select_related("line", "acknowledged_by")
-        .order_by("-acknowledged_at", "-id")[:RECENT]
-    )
-    for incident in acknowledged:
-        incident.amount = major_units(incident.line.amount_minor, incident.line.currency)
+    acknowledged = shown.acknowledged(request.user, RECENT)
     context = {"page": page, "rows": rows, "acknowledged": acknowledged, "recent": RECENT}
     return render(request, "reviews/incidents.html", context, status=status)
 
@@ -73,7 +61,7 @@ def incidents(request: HttpRequest) -> HttpResponse:
 @require_POST
 @actor
 def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
-    incident = visible_object_or_404(request.user, Incident.objects.all(), pk=incident_id)
+    incident = shown.incident_or_404(request.user, incident_id)
     form = _form(incident.pk, request.POST)
     if not form.is_valid():
         return _page(request, (incident.pk, form), 422)

@@ -1,131 +1,25 @@
 """The limits page: each tool's and agent's declared limits, how much of them the current window
-has used, what is left, and the claims refused lately. Read-only for every reader.
-
-The numbers are the ones the claim trigger counts (`ledger.containment.limits`, migration 0014):
-claims in the calendar minute (a `LimitCounter` row per scope and minute) and amounts charged in the
-rolling 24 hours (`AmountCharge` rows). Reading them takes three queries whatever the number of
-tools: the page is read while a limit bites, when the database is busiest.
-"""
+has used, what is left, and the claims refused lately (`reviews.records.limits`). Read-only for
+every reader."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, timedelta
-from typing import Any
-
-from django.db.models import Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from ledger.containment.iso4217 import major_units
-from ledger.containment.limits import amount_limits
-from ledger.models import Agent, Alert, AlertKind, AmountCharge, LimitCounter, Tool
 from reviews.access.checks import reader
-from reviews.access.teams import scoped, visible_agents, visible_tools
+from reviews.records.limits import recent_refusals, usages
 
 RECENT_REFUSALS = 20
-
-
-@dataclass(frozen=True)
-class Usage:
-    """One limit as the page shows it; amounts already in major units with their currency."""
-
-    scope: str  # "tool:charge_card", "agent:<id>": the trigger's scope
-    owner: str  # "tool charge_card", "agent shop-bot"
-    which: str  # "claims per minute", "amount per 24 h"
-    used_count: int
-    max_count: int
-    used: str
-    maximum: str
-    left: str
-
-
-def _declared() -> list[tuple[str, str, int | None, dict[str, int]]]:
-    """(scope, owner, claims per minute, {currency: minor units per 24 h}) for every tool and
-    agent that declares a limit; a malformed stored amount limit shows as none rather than
-    failing the page (the trigger, not this page, enforces it)."""
-    found = []
-    has_limit = Q(limit_claims_per_minute__isnull=False) | ~Q(limit_amount_per_day={})
-    for tool in Tool.objects.filter(has_limit).order_by("name"):
-        found.append((f"tool:{tool.name}", f"tool {tool.name}", tool))
-    for agent in Agent.objects.filter(has_limit).order_by("name"):
-        found.append((f"agent:{agent.id}", f"agent {agent.name}", agent))
-    declared = []
-    for scope, owner, holder in found:
-        try:
-            amounts = amount_limits(holder.limit_amount_per_day or {})
-        except ValueError:
-            amounts = {}
-        declared.append((scope, owner, holder.limit_claims_per_minute, amounts))
-    return declared
-
-
-def usages(user: Any = None) -> list[Usage]:
-    """Every declared limit with its use in the current window; with `user`, only those on the
-    tools and agents of their teams or of no team (ADR 0014)."""
-    declared = _declared()
-    if user is not None and scoped(user):
-        tools, agents = visible_tools(user), visible_agents(user)
-        declared = [
-            d
-            for d in declared
-            if (d[0].startswith("tool:") and d[0][5:] in tools)
-            or (d[0].startswith("agent:") and agents.filter(pk=d[0][6:]).exists())
-        ]
-    scopes = [scope for scope, *_ in declared]
-    # The trigger's minute key: the calendar minute in UTC, as migration 0014 writes it.
-    minute = timezone.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
-    claims = dict(
-        LimitCounter.objects.filter(scope__in=scopes, period=minute, currency="").values_list(
-            "scope", "used"
-        )
-    )
-    charged = {
-        (row["scope"], row["currency"]): row["total"]
-        for row in AmountCharge.objects.filter(
-            scope__in=scopes, charged_at__gt=timezone.now() - timedelta(hours=24)
-        )
-        .values("scope", "currency")
-        .annotate(total=Sum("amount_minor"))
-    }
-    rows = []
-    for scope, owner, per_minute, amounts in declared:
-        if per_minute is not None:
-            used = claims.get(scope, 0)
-            left = max(per_minute - used, 0)
-            shown = (str(used), str(per_minute), str(left))
-            rows.append(Usage(scope, owner, "claims per minute", used, per_minute, *shown))
-        for currency, maximum in sorted(amounts.items()):
-            used = charged.get((scope, currency), 0)
-            shown = tuple(major_units(n, currency) for n in (used, maximum, max(maximum - used, 0)))
-            rows.append(Usage(scope, owner, f"amount per 24 h ({currency})", used, maximum, *shown))
-    return rows
-
-
-def _holder_visible(which: str, tools: set[str], agents: set[str]) -> bool:
-    scope, _, rest = str(which).partition(":")
-    if scope == "tool":
-        return any(rest.startswith(f"{t}:") for t in tools)
-    if scope == "agent":
-        return any(rest.startswith(f"{a}:") for a in agents)
-    return True
 
 
 @require_GET
 @reader
 def limits(request: HttpRequest) -> HttpResponse:
-    refusals = Alert.objects.filter(kind=AlertKind.LIMIT_EXCEEDED).order_by("-created_at")
-    shown = list(refusals[:RECENT_REFUSALS])
-    if scoped(request.user):
-        # A refusal names its limit's holder ("tool:<name>:…", "agent:<name>:…").
-        tools = visible_tools(request.user)
-        agents = set(visible_agents(request.user).values_list("name", flat=True))
-        shown = [
-            r
-            for r in shown
-            if _holder_visible((r.payload.get("limit") or {}).get("which", ""), tools, agents)
-        ]
-    context = {"usages": usages(request.user), "refusals": shown}
+    # Only the limits and refusals of the person's teams' tools and agents (ADR 0014).
+    context = {
+        "usages": usages(request.user),
+        "refusals": recent_refusals(request.user, RECENT_REFUSALS),
+    }
     return render(request, "reviews/limits.html", context)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import uuid
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.models import Effect, ReviewItem
+from ledger.models import ReviewItem
 from reviews.access.checks import actor, reader
 from reviews.access.teams import check_effect, item_or_404
 from reviews.queue import holds, notes
@@ -26,13 +26,7 @@ def _panel(
     request: HttpRequest, item: ReviewItem, status: int = 200, **extra: object
 ) -> HttpResponse:
     """The panel as it is now, for the item's effect."""
-    effect = get_object_or_404(Effect, pk=item.effect_id)
-    open_item = (
-        ReviewItem.objects.filter(effect=effect, resolved_at__isnull=True)
-        .select_related("assignee")
-        .first()
-    )
-    context = {"effect": effect, **notes.panel(effect, open_item, request.user), **extra}
+    context = {**notes.item_panel(item, request.user), **extra}
     return render(request, "reviews/_item_panel.html", context, status=status)
 
 

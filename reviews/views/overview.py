@@ -1,30 +1,31 @@
 """The overview: where the ledger stands, refreshed in place every few seconds.
 
 Its counts (effects by status and tool, open review items by age) come from the summary that
-/metrics reads too (`ledger.observability.summary`), re-read every LEDGER_METRICS_REFRESH
+/metrics reads too (`ledger.overview.summary`), re-read every LEDGER_METRICS_REFRESH
 seconds by a thread of the process while someone looks: a poll never counts a million
 effects. What it names (the oldest unresolved effect and the recent activity) is read live,
-each through an index that finds the few rows shown; the blocked branches come with the
-summary.
+each through an index that finds the few rows shown (`reviews.records.overview`); the blocked
+branches come with the summary.
 """
 
 from __future__ import annotations
 
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger.effects.states import INCOMPLETE, Kind, Status
-from ledger.models import Effect, EffectEvent, EventKind, Incident, Mode
-from ledger.observability.summary import REVIEW_AGE_HOURS, Summary
+from ledger.models import Mode
+from ledger.models.states import Kind, Status
+from ledger.overview.summary import REVIEW_AGE_HOURS, Summary
 from reviews.access.checks import reader
 from reviews.access.counts import summary_for
-from reviews.access.teams import visible_by_tool, visible_effects
+from reviews.records import incidents
+from reviews.records.overview import oldest_unresolved, recent_activity
 
 # Labels of the summary's age buckets of open review items (REVIEW_AGE_HOURS).
 AGE_LABELS = ["< 1 h", "1–6 h", "6–24 h", "1–3 d", "3–7 d", "> 7 d"]
 REFRESH_SECONDS = 5
+ACTIVITY_SHOWN = 15
 
 
 def _counts(
@@ -84,7 +85,6 @@ def _chart(ages: list[tuple[str, int]]) -> dict:
 def overview(request: HttpRequest) -> HttpResponse:
     # ?mode=test|live: only effects of agents in that mode; anything else shows every mode.
     mode = request.GET.get("mode") if request.GET.get("mode") in Mode.values else None
-    mine = Q(agent__mode=mode) if mode else Q()
     counted = summary_for(request.user)  # the shared summary, or the person's teams' counts
     by_status, by_tool = _counts(counted, mode)
     ages = _review_ages(counted, mode)
@@ -96,26 +96,13 @@ def overview(request: HttpRequest) -> HttpResponse:
         "open_reviews": sum(n for _, n in ages),
         # Open incidents (statement lines no effect intended), read live over incident_open_idx:
         # there are few, and each may be an unauthorized charge. Not by mode: a line has none.
-        "open_incidents": visible_by_tool(
-            request.user, Incident.objects.filter(acknowledged_at__isnull=True)
-        ).count(),
+        "open_incidents": incidents.open_count(request.user),
         "chart": _chart(ages),
-        "oldest": visible_effects(request.user, Effect.objects.filter(mine))
-        .filter(status__in=sorted(INCOMPLETE))
-        .select_related("agent")
-        .order_by("created_at")
-        .first(),
+        "oldest": oldest_unresolved(request.user, mode),
         "blocked": counted.blocked,
         "blocked_total": counted.blocked_total,
         # Lookups and the machines' own moves, newest first (event_recovery_idx).
-        "activity": visible_effects(
-            request.user,
-            EffectEvent.objects.filter(
-                Q(kind=EventKind.RECONCILIATION) | Q(actor__startswith="system:"),
-                Q(effect__agent__mode=mode) if mode else Q(),
-            ),
-            "effect__",
-        ).order_by("-id")[:15],
+        "activity": recent_activity(request.user, mode, ACTIVITY_SHOWN),
         "counted_at": counted.taken_at,
         "refresh": REFRESH_SECONDS,
         "mode": mode or "",

@@ -12,13 +12,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.models import Incident, ReviewItem
+from ledger.models import ReviewItem
 from reviews.access.checks import actor, reader
-from reviews.access.teams import item_or_404, visible_by_tool, visible_items
+from reviews.access.teams import item_or_404
 from reviews.decisions.kinds import KINDS as DECLARED
-from reviews.models import SavedFilter
 from reviews.queue.bulk import INLINE_LIMIT, KINDS
-from reviews.queue.filters import QueueFilter, operators
+from reviews.queue.filters import assignable, assignee_numbered, queue_filter
 from reviews.queue.holds import assign_item, hold_item
 from reviews.queue.pages import (
     dress,
@@ -28,13 +27,15 @@ from reviews.queue.pages import (
     rows,
     unlisted,
 )
+from reviews.queue.saved import saved_filters
+from reviews.records import incidents
 
 
 @require_GET
 @reader
 def queue(request: HttpRequest) -> HttpResponse:
     # Only the items of effects the person may see (their teams', ADR 0014).
-    filters = QueueFilter(request.GET, queryset=visible_items(request.user), user=request.user)
+    filters = queue_filter(request.GET, request.user)
     if not filters.is_valid():
         return render(request, "reviews/queue.html", {"filters": filters, "page": None}, status=400)
     page = open_page(filters.qs, page_number(request.GET.get("page")))
@@ -57,14 +58,12 @@ def queue(request: HttpRequest) -> HttpResponse:
         "updated": timezone.localtime(),
         # Where a hold or assignment without htmx returns: this page, as the address shows it.
         "back": f"{request.path}?{shown.urlencode()}",
-        "operators": list(operators(request.user).values_list("id", "username")),
+        "operators": assignable(request.user),
         "resolve_hours": settings.LEDGER_RESOLVE_WITHIN // 3600,
         # The incidents' place in the queue: a count over incident_open_idx, and a link.
-        "open_incidents": visible_by_tool(
-            request.user, Incident.objects.filter(acknowledged_at__isnull=True)
-        ).count(),
+        "open_incidents": incidents.open_count(request.user),
         "unlisted": unlisted(filters.qs, searched, request.user) if searched.strip() else [],
-        "saved_filters": list(SavedFilter.objects.filter(owner=request.user)),
+        "saved_filters": saved_filters(request.user),
         "bulk_kinds": [(action, DECLARED[action].label) for action in KINDS],
         "inline_limit": INLINE_LIMIT,
     }
@@ -81,7 +80,7 @@ def _row(request: HttpRequest, item: ReviewItem, note: str = "") -> HttpResponse
             "item": shown[0],
             "note": note,
             "back": request.POST.get("next", ""),
-            "operators": list(operators(request.user).values_list("id", "username")),
+            "operators": assignable(request.user),
         }
         return render(request, "reviews/queue.html#row", context)
     if note:
@@ -107,7 +106,7 @@ def assign(request: HttpRequest, item_id: int) -> HttpResponse:
         assignee_id = int(request.POST.get("assignee", ""))
     except ValueError:
         return HttpResponseBadRequest("Choose an operator to assign.")
-    assignee = operators(request.user).filter(pk=assignee_id).first()
+    assignee = assignee_numbered(request.user, assignee_id)
     if not isinstance(assignee, User):
         return HttpResponseBadRequest("That user cannot be assigned review items.")
     note = "" if assign_item(item, assignee) else "This item was resolved meanwhile."

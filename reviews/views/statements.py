@@ -10,19 +10,17 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.containment.iso4217 import major_units
-from ledger.models import StatementImport, Tool
+from ledger.models import StatementImport
 from ledger.models.statements import Origin
 from ledger.statements import StatementError, import_statement
 from reviews.access.checks import actor, can_act, reader
-from reviews.access.teams import visible_by_tool, visible_tools
+from reviews.records.statements import imports_page, statement_tools
 
 PAGE_SIZE = 25
 # An uploaded file may be this large at most (`SizeLimit`). Django's DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -58,9 +56,7 @@ class StatementUploadForm(forms.Form):
         super().__init__(*args, **kwargs)
         # Only tools that declare statements, of the person's teams or of no team (ADR 0014);
         # another name, another team's tool included, is refused as a wrong choice.
-        names = Tool.objects.filter(statements=True).order_by("name").values_list("name", flat=True)
-        mine = visible_tools(user) if user is not None else None
-        self.fields["tool"].choices = [(n, n) for n in names if mine is None or n in mine]
+        self.fields["tool"].choices = [(n, n) for n in statement_tools(user)]
         self.fields["file"].widget.attrs["accept"] = ".csv,.jsonl,.ndjson"
 
     def clean(self) -> dict[str, Any]:
@@ -94,8 +90,6 @@ class SizeLimit(FileUploadHandler):
 def _page(
     request: HttpRequest, form: StatementUploadForm | None = None, status: int = 200
 ) -> HttpResponse:
-    # Statements of other teams' tools are not shown (ADR 0014).
-    imports = visible_by_tool(request.user, StatementImport.objects.order_by("-created_at", "-id"))
     context = {
         "form": form
         or (
@@ -103,7 +97,8 @@ def _page(
             if can_act(request.user)
             else None
         ),
-        "page": Paginator(imports, PAGE_SIZE).get_page(request.GET.get("page")),
+        # Statements of other teams' tools are not shown (ADR 0014).
+        "page": imports_page(request.user, request.GET.get("page"), PAGE_SIZE),
         "max_mib": STATEMENT_MAX_BYTES // 2**20,
     }
     return render(request, "reviews/statements.html", context, status=status)
@@ -171,11 +166,3 @@ def _summary(made: StatementImport) -> str:
         f"Imported {made.filename} ({kind}, {made.tool}) as import {made.pk}: {made.lines} "
         f"line{'s' if made.lines != 1 else ''}, {made.lines_matched} matched to effects; {done}."
     )
-
-
-def shown_lines(lines: Any) -> list[Any]:
-    """Statement lines with their amount in major units, for the pages that list them."""
-    lines = list(lines)
-    for line in lines:
-        line.amount = major_units(line.amount_minor, line.currency)
-    return lines

@@ -1,6 +1,6 @@
 """The decision kinds, one declaration each (`reviews.decisions.declaration.DecisionKind`: its
-statuses, label and past tense, form fields, preview, danger, the items it closes, and the
-effect it carries out), by family:
+statuses, label and past tense, keyboard letter, form fields, preview, danger, the items it
+closes, and the effect it carries out), by family:
 
 - `settle`: confirm, mark failed, cancel;
 - `resend`: retry, one more attempt;

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.effects.states import Status
 from ledger.effects.transitions import transition
 from ledger.errors import Refused
 from ledger.models import Effect, Reason
+from ledger.models.states import Status
 from reviews.decisions.declaration import MISMATCH_REASONS, Action, Carried, Carrying, DecisionKind
 from reviews.decisions.evidence import FAILED_STATUSES, Evidence
 from reviews.decisions.refusals import NoRecord
@@ -95,6 +95,7 @@ NOT_DUPLICATE = DecisionKind(
     past="closed as not a duplicate",
     question="Close {key} as not a duplicate (same charge)? Nothing is refunded.",
     from_statuses=_ANY,
+    key="n",
     fields=("evidence", "reason"),
     required=frozenset({"evidence"}),
     # A repeated request (ledger.containment.repeated) made twice on purpose closes the same way.
@@ -111,6 +112,7 @@ ACCEPT_RECORD = DecisionKind(
     past="settled by the provider's record",
     question="Accept the provider's record for {key} as what happened?",
     from_statuses=_ANY,
+    key="p",
     fields=("evidence", "reason"),
     required=frozenset({"evidence"}),
     closes=MISMATCH_REASONS,

@@ -15,18 +15,18 @@ from dataclasses import replace
 from typing import Any
 
 from ledger import jsonenc
-from ledger.containment.reviewqueue import open_review
 from ledger.effects.compensation import (
     CompensationUnderWay,
     active_dependents,
     compensate,
     operator_compensation_under_way,
 )
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import Superseded
 from ledger.errors import Refused
 from ledger.models import Effect, Reason
+from ledger.models.states import Kind, Status
 from ledger.policy.tools import policy_for
+from ledger.rules.reviewqueue import open_review
 from reconcilers.execution import can_execute, execute_after_commit
 from reviews.decisions.declaration import MISMATCH_REASONS, Action, Carried, Carrying, DecisionKind
 from reviews.decisions.evidence import Evidence
@@ -181,6 +181,7 @@ COMPENSATE = DecisionKind(
     past="compensated",
     question="Compensate {key}: undo it with a compensating effect?",
     from_statuses=frozenset({Status.CONFIRMED}),
+    key="u",
     fields=("compensation_tool", "compensation_request", "force", "reason"),
     # A repeated request (ledger.containment.repeated) is undone by compensating the later effect.
     closes=MISMATCH_REASONS | {Reason.DUPLICATE, Reason.REPEATED_REQUEST},

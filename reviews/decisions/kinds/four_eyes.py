@@ -8,13 +8,13 @@ from functools import partial
 
 from django.db import transaction
 
-from ledger.containment.reviewqueue import open_review
 from ledger.effects.intents import released_in_doubt
 from ledger.effects.recovery import VERIFIED_ABSENT
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import SqlExpr, transition
 from ledger.models import Effect, Reason
+from ledger.models.states import Kind, Status
 from ledger.policy.tools import policy_for
+from ledger.rules.reviewqueue import open_review
 from reconcilers.execution import can_execute, execute_after_commit
 from reviews.decisions.approvals import waits_for_second_pair
 from reviews.decisions.declaration import OUTCOME_UNKNOWN, Action, Carried, Carrying, DecisionKind
@@ -110,6 +110,7 @@ APPROVE = DecisionKind(
     question="Approve {key} (four-eyes)?",
     # From unknown only while a retry proposal waits (`reviews.decisions.approvals` checks).
     from_statuses=_WAITING,
+    key="a",
     fields=("reason",),
     closes=_HELD | OUTCOME_UNKNOWN,
     preview=_approve_preview,
@@ -123,6 +124,7 @@ REJECT = DecisionKind(
     past="rejected",
     question="Reject {key} (four-eyes)?",
     from_statuses=_WAITING,
+    key="d",
     fields=("reason",),
     closes=_HELD,
     preview=_reject_preview,

@@ -7,10 +7,10 @@ word that the provider never received it waits for a second operator
 from __future__ import annotations
 
 from ledger.effects.decision_records import grant_attempt
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import SqlExpr, transition
 from ledger.errors import InvalidTransition, Refused
 from ledger.models import Effect, Reason
+from ledger.models.states import Kind, Status
 from reconcilers.execution import can_execute, execute_after_commit
 from reviews.decisions.declaration import OUTCOME_UNKNOWN, Action, Carried, Carrying, DecisionKind
 from reviews.decisions.evidence import Evidence
@@ -109,6 +109,7 @@ RETRY = DecisionKind(
     past="retried",
     question="Retry {key}: back to planned, for its agent to send again under the same key?",
     from_statuses=frozenset({Status.UNKNOWN}),
+    key="r",
     fields=("verified_absent", "evidence", "reason"),
     closes=OUTCOME_UNKNOWN,
     preview=_retry_preview,
@@ -123,6 +124,7 @@ EXTRA_ATTEMPT = DecisionKind(
     past="given another attempt",
     question="Give {key} one more attempt ({one_more} in all), back to planned?",
     from_statuses=frozenset({Status.UNKNOWN, Status.PLANNED}),
+    key="m",
     fields=("reason",),
     closes=frozenset({Reason.ATTEMPTS_EXHAUSTED}),
     closes_only=True,

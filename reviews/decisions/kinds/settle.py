@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ledger.effects.states import Kind, Status
 from ledger.effects.transitions import SqlExpr, transition
 from ledger.models import Effect, Reason
+from ledger.models.states import Kind, Status
 from reviews.decisions.declaration import (
     MISMATCH_REASONS,
     OUTCOME_UNKNOWN,
@@ -91,6 +91,7 @@ CONFIRM = DecisionKind(
     past="confirmed",
     question="Confirm {key} as done by the provider (ref {ref})?",
     from_statuses=_UNSETTLED,
+    key="c",
     by_hand=True,
     fields=("provider_ref", "evidence", "reason"),
     required=frozenset({"provider_ref", "evidence"}),
@@ -108,6 +109,7 @@ FAIL = DecisionKind(
     past="marked failed",
     question="Mark {key} as failed: the provider did not carry it out?",
     from_statuses=_UNSETTLED,
+    key="f",
     fields=("evidence", "reason"),
     required=frozenset({"evidence"}),
     closes=OUTCOME_UNKNOWN | MISMATCH_REASONS | {Reason.ATTEMPTS_EXHAUSTED},
@@ -126,6 +128,7 @@ CANCEL = DecisionKind(
     past="cancelled",
     question="Cancel {key}: it will never be sent?",
     from_statuses=frozenset({Status.PLANNED}),
+    key="x",
     fields=("reason",),
     closes=frozenset({Reason.ATTEMPTS_EXHAUSTED, Reason.MANUAL_EXECUTION, Reason.STALE}),
     preview=cancel_preview,
