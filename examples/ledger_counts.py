@@ -1,7 +1,7 @@
 """The check every example ends with: the provider's record against the ledger's.
 
-For the run, each tool's effects in the ledger (its journal) and the transactions at the
-sandbox provider that carry one of those effects' idempotency keys are counted and printed:
+For the run, each tool's effects in the ledger (its journal) and what the sandbox provider did
+under one of those effects' idempotency keys are counted and printed:
 
     charges at the provider: 1 · effects in the ledger: 1
     messages at the provider: 1 · effects in the ledger: 1
@@ -24,14 +24,20 @@ CHECKED = (
 
 
 def at_provider(base_url: str, keys: set[str]) -> int:
-    """How many of the sandbox's transactions carry one of these idempotency keys (the
-    payments sandbox keeps the key; the messaging sandbox shows the key it received)."""
-    reply = httpx.get(f"{base_url}/_sandbox/transactions", trust_env=False)
+    """How many of the sandbox's records carry one of these idempotency keys: the Stripe
+    PaymentIntents its payments face holds (the key in their metadata), the messages the
+    messaging sandbox sent (the key it received)."""
+    if base_url == os.environ.get("SANDBOX_PAYMENTS_URL"):
+        path, params = "/_sandbox/stripe/objects", {"object": "payment_intent"}
+    else:
+        path, params = "/_sandbox/transactions", {}
+    reply = httpx.get(f"{base_url}{path}", params=params, trust_env=False)
     reply.raise_for_status()
     return sum(
         1
         for t in reply.json()["data"]
-        if (t.get("idempotency_key") or t.get("received_idempotency_key")) in keys
+        if ((t.get("metadata") or {}).get("ledger_key") or t.get("received_idempotency_key"))
+        in keys
     )
 
 

@@ -14,6 +14,9 @@ The clients, sync and async, for everything else:
         if not e.replayed:
             charge = provider.charge(request, idempotency_key=e.idempotency_key)
             e.confirm(charge["id"], charge)
+
+An operator's scripts use `Operator` (`ledger_client.operator`), with a personal token: the
+review queue, one item with the decisions offered, and decisions under the pages' rules.
 """
 
 from ledger_client.aio import AsyncEffectBlock, AsyncLedger
@@ -66,6 +69,16 @@ from ledger_client.models import (
     Redacted,
     Refusal,
 )
+from ledger_client.operator import (
+    DecisionInvalid,
+    DecisionRefused,
+    ItemNotFound,
+    Operator,
+    OperatorError,
+    OperatorForbidden,
+    OperatorItem,
+    TokenRefused,
+)
 from ledger_client.sync import EffectBlock, Ledger
 
 __all__ = [
@@ -77,6 +90,8 @@ __all__ = [
     "AttemptsExhausted",
     "Blocked",
     "Clock",
+    "DecisionInvalid",
+    "DecisionRefused",
     "Effect",
     "EffectBlock",
     "EffectClosed",
@@ -89,6 +104,7 @@ __all__ = [
     "Halt",
     "Halted",
     "Health",
+    "ItemNotFound",
     "LeaseLost",
     "LeaseTooShort",
     "Ledger",
@@ -100,13 +116,18 @@ __all__ = [
     "LimitExceeded",
     "NeedsReview",
     "NotSent",
+    "Operator",
     "OperatorDecided",
+    "OperatorError",
+    "OperatorForbidden",
+    "OperatorItem",
     "OutcomeMissing",
     "RecoveryItem",
     "RecoveryPlan",
     "Redacted",
     "Refusal",
     "StepIdentity",
+    "TokenRefused",
     "UsageError",
     "bind_position",
     "bind_step",

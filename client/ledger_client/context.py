@@ -8,6 +8,9 @@ identity around the call, and the guard reads it (`current_step`). Adapters bind
 which the ledger completes with the call's request (ADR 0018): a model asked again after a
 crash re-issues its call with a new call id, but at the same position and with the same
 arguments. `bind_step` binds an identity the caller keeps durable itself (a DBOS step id).
+An adapter that already opened the call's effect (recorded and claimed it, to learn whether
+an operator must approve it first) hands it to the guard (`handing_over`), which then does not
+ask the ledger again.
 
 Context variables follow the code: each asyncio task starts with a copy of its creator's, and a
 thread started by the framework inherits nothing it was not given.
@@ -19,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ledger_client.effect import EffectHandle
@@ -39,6 +42,18 @@ class StepIdentity:
 
 _step: ContextVar[StepIdentity | None] = ContextVar("ledger_step", default=None)
 _effect: ContextVar[EffectHandle | None] = ContextVar("ledger_effect", default=None)
+_handed: ContextVar[Handed | None] = ContextVar("ledger_handed", default=None)
+
+
+@dataclass(frozen=True)
+class Handed:
+    """An effect an adapter opened for a call, with what it opened it for."""
+
+    effect: EffectHandle
+    run_id: str
+    call_id: str
+    tool: str
+    request: dict[str, Any]
 
 
 def _identifier(name: str, value: object) -> str:
@@ -78,6 +93,40 @@ def ordinal_among(calls: Sequence[tuple[str, str]], index: int) -> str:
     its kind (tool name and canonical arguments) in `calls`, `#2` for the second, and so on."""
     same = sum(1 for call in calls[:index] if call == calls[index])
     return f"#{same + 1}" if same else ""
+
+
+@contextmanager
+def handing_over(handed: Handed) -> Iterator[None]:
+    """Give the guarded call made inside the block the effect its adapter opened for it. The
+    guard takes it (`take_handed`) only for the same run, step, tool and request; otherwise it
+    opens its own, and `still_handed()` tells the adapter to release the one it opened."""
+    token = _handed.set(handed)
+    try:
+        yield
+    finally:
+        _handed.reset(token)
+
+
+def take_handed(
+    step: StepIdentity, tool: str, request: dict[str, Any], kind: type[EffectHandle]
+) -> EffectHandle | None:
+    """The handed effect, taken, if it was opened for this call (and with the client `kind`
+    the guard reports with); None otherwise."""
+    handed = _handed.get()
+    if (
+        handed is None
+        or not isinstance(handed.effect, kind)
+        or (handed.run_id, handed.call_id, handed.tool, handed.request)
+        != (step.run_id, step.call_id, tool, request)
+    ):
+        return None
+    _handed.set(None)
+    return handed.effect
+
+
+def still_handed() -> Handed | None:
+    """The handed effect, if no guarded call in the block took it."""
+    return _handed.get()
 
 
 def current_step() -> StepIdentity | None:

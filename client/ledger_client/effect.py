@@ -31,11 +31,24 @@ if TYPE_CHECKING:
 Error = str | dict[str, Any]
 
 
+def confirmed_without_response(record: EffectRecord) -> dict[str, Any]:
+    """What a replay returns for an effect the ledger confirmed without the provider's answer
+    (a statement line, an operator's decision): the provider's reference under `id`, as a
+    provider's own answer has it, so that whoever reads the result learns what was done."""
+    return {
+        "id": record.provider_ref,
+        "status": "confirmed",
+        "effect_id": record.id,
+        "note": "confirmed by the ledger from the provider's record; its answer was not recorded",
+    }
+
+
 class EffectHandle:
     """One claimed (or replayed) effect. `idempotency_key` is what the provider call must carry
     (an `Idempotency-Key` header): the same for every attempt of this effect. `replayed` is
     true when the ledger already holds it as `confirmed`: do not execute again, use `result`
-    (the recorded response, redacted as the ledger stores it)."""
+    (the recorded response, redacted as the ledger stores it; `confirmed_without_response`'s
+    note when the ledger confirmed it with no response, from a statement line, say)."""
 
     def __init__(
         self, record: EffectRecord, *, replayed: bool, heartbeat: Heartbeat | None = None
@@ -44,7 +57,11 @@ class EffectHandle:
         self.replayed = replayed
         self.heartbeat = heartbeat
         self.outcome: str | None = "confirmed" if replayed else None
-        self.result: Any = record.response if replayed else None
+        self.result: Any = None
+        if replayed:
+            self.result = record.response
+            if record.response is None and record.provider_ref:
+                self.result = confirmed_without_response(record)
         self._pending: dict[str, Any] | None = None
 
     @property

@@ -25,7 +25,8 @@ its adapter bound (`ledger_client.context.bind_step`), with the bound arguments 
   (`ApprovalPending`, `NeedsReview`), for the adapter to turn into its framework's pause; with
   `wait=True` the guard waits on the ledger's long poll instead, and goes on once it resolves.
 Under a position bound by an adapter (`bind_position`) the ledger keys the call by its position
-and request (`key_includes_request`, ADR 0018).
+and request (`key_includes_request`, ADR 0018). An effect the adapter already opened for the
+call (`ledger_client.context.handing_over`) is used instead of asking the ledger again.
 Nothing runs when the ledger cannot be asked (`LedgerUnavailable`), when the arguments have no
 canonical form, or when no step identity is bound (`TypeError`, before anything is written).
 """
@@ -43,7 +44,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 from ledger_client.aio import AsyncLedger
 from ledger_client.canonical import canonical, lenient
 from ledger_client.config import LedgerConfig, default_config
-from ledger_client.context import StepIdentity, current_step, running
+from ledger_client.context import StepIdentity, current_step, running, take_handed
 from ledger_client.effect import AsyncEffect, Effect
 from ledger_client.errors import ApprovalPending, NeedsReview
 from ledger_client.settling import asettled, settled
@@ -182,10 +183,11 @@ class GuardSpec:
         options: dict[str, Any] = {"key_includes_request": True} if step.by_request else {}
         deadline = time.monotonic() + self.wait_timeout
         settle_by = time.monotonic() + self.settle_timeout
-        while True:
+        handed = take_handed(step, self.tool, request, Effect)
+        effect = handed if isinstance(handed, Effect) else None
+        while effect is None:
             try:
                 effect = ledger.open(*args, **options)
-                break
             except NeedsReview as hold:
                 if not settled(ledger, hold, step.run_id, settle_by) and not (
                     self.wait and _waited(ledger.wait_for_change, hold, deadline)
@@ -226,10 +228,11 @@ class GuardSpec:
         options: dict[str, Any] = {"key_includes_request": True} if step.by_request else {}
         deadline = time.monotonic() + self.wait_timeout
         settle_by = time.monotonic() + self.settle_timeout
-        while True:
+        handed = take_handed(step, self.tool, request, AsyncEffect)
+        effect = handed if isinstance(handed, AsyncEffect) else None
+        while effect is None:
             try:
                 effect = await ledger.open(*args, **options)
-                break
             except NeedsReview as hold:
                 if not await asettled(ledger, hold, step.run_id, settle_by) and not (
                     self.wait and await _awaited(ledger, hold, deadline)

@@ -35,19 +35,14 @@ from ledger_client.adapters.dbos import ledger_step
 # The closing check every example shares (examples/ledger_counts.py, beside this directory).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ledger_counts import counts_agree
+from stripe_payments import charge
 
 
 @ledger_step(tool="charge_card", target="{account}")
 def charge_card(amount: str, currency: str, account: str) -> dict[str, Any]:
     """Charge `amount` (major units, such as "25.00") in `currency` to `account`'s card."""
-    reply = httpx.post(
-        f"{os.environ['SANDBOX_PAYMENTS_URL']}/charges",
-        json={"amount": amount, "currency": currency, "account": account},
-        headers={"Idempotency-Key": current_effect().idempotency_key},
-    )
-    reply.raise_for_status()
-    charge: dict[str, Any] = reply.json()
-    return charge
+    effect = current_effect()
+    return charge(amount, currency, account, effect.idempotency_key, str(effect.id))
 
 
 @ledger_step(tool="send_email", target="{to}")

@@ -8,6 +8,8 @@ Written against fastmcp 4.2.3.
 """
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +17,9 @@ from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.context import Context
 from mcp_types import ToolAnnotations
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from stripe_payments import charge_async
 
 server = FastMCP("shop-tools")
 
@@ -38,8 +43,11 @@ async def _post(url: str, body: dict[str, Any], key: str | None) -> dict[str, An
 @server.tool
 async def charge_card(amount: str, currency: str, account: str, ctx: Context) -> dict[str, Any]:
     """Charge the customer's card. `amount` in major units, such as "25.00"."""
-    body = {"amount": amount, "currency": currency, "account": account}
-    return await _post(f"{os.environ['SANDBOX_PAYMENTS_URL']}/charges", body, _key(ctx))
+    key = _key(ctx)
+    if key is None:
+        # Only the guarding proxy's calls carry a key: an unguarded payment is refused.
+        raise ToolError("charge_card is paid only under an effect's idempotency key")
+    return await charge_async(amount, currency, account, key)
 
 
 @server.tool

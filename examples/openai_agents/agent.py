@@ -47,6 +47,7 @@ from openai.types.responses import (
 # The closing check every example shares (examples/ledger_counts.py, beside this directory).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ledger_counts import counts_agree
+from stripe_payments import charge
 
 set_tracing_disabled(True)
 
@@ -122,14 +123,8 @@ def charge_card(amount: str, currency: str, account: str) -> dict[str, Any]:
         currency: ISO 4217 code.
         account: The customer's account.
     """
-    reply = httpx.post(
-        f"{os.environ['SANDBOX_PAYMENTS_URL']}/charges",
-        json={"amount": amount, "currency": currency, "account": account},
-        headers={"Idempotency-Key": current_effect().idempotency_key},
-    )
-    reply.raise_for_status()
-    charge: dict[str, Any] = reply.json()
-    return charge
+    effect = current_effect()
+    return charge(amount, currency, account, effect.idempotency_key, str(effect.id))
 
 
 @ledger_tool

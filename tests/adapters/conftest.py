@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from ledger.containment.keys import issue_key
 from ledger.models import Agent, Effect, Tool
-from ledger.policy.agentkeys import issue_key
 from reconcilers.reconcile import process_next, process_one
 from reconcilers.schedules import queue_expired_leases
 from reviews.decisions.decide import Ask, decide
@@ -95,6 +95,14 @@ class Stage:
 
     def charges(self) -> list[dict[str, Any]]:
         return [t for t in self.payments.transactions() if t.get("object", "charge") == "charge"]
+
+    def payment_intents(self) -> list[dict[str, Any]]:
+        """The Stripe PaymentIntents the payments sandbox holds (the examples pay through
+        Stripe's SDK against its Stripe face)."""
+        listed = self.payments.http.get(
+            "/_sandbox/stripe/objects", params={"object": "payment_intent"}
+        )
+        return list(listed.json()["data"])
 
     def messages(self) -> list[dict[str, Any]]:
         return self.messaging.transactions()

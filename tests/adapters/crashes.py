@@ -13,24 +13,36 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from django.db import connection
+from django.db.models import Count, Min
 
 from devstack.harness import charge_tool_file
-from ledger.models import Effect, Tool
+from ledger.models import Effect, EffectEvent, Tool
+from ledger.models.states import Status
 from ledger.policy.toolfile import load
+from ledger.statements import import_statement
+from tests.adapters.forkserver import ForkServer
 
 # (provider mode, provider latency in ms): `keys` honours idempotency keys; `lookup-only`
-# keeps them as a searchable reference only, so a lookup's late not-found proves absence.
+# keeps them as a searchable reference only, so a lookup's late not-found proves absence;
+# `statement` (a corner of its own, `STATEMENT`) neither: only its statements say what it did.
 FULL = [("keys", 0), ("keys", 50), ("lookup-only", 0), ("lookup-only", 50)]
 # The suite runs two opposite corners (each latency and each mode once, to keep `make test`
 # short); `make crashtest-frameworks` runs the four (`--crash-matrix=full`).
 SUITE = [("keys", 50), ("lookup-only", 0)]
+# Payments per corner in the suite: no SIGKILL at all in a corner is 0.61 ** 24, about 1 in
+# 140,000; `make crashtest-frameworks` runs 200.
+SUITE_PAYMENTS = 24
+STATEMENT = ("statement", 0)
 ROUNDS = 400
 
 Told = dict[int, tuple[str, bool]]
@@ -45,11 +57,12 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(("mode", "latency_ms"), FULL if full else SUITE)
 
 
-def size(config: pytest.Config) -> tuple[int, str, str]:
+def size(config: pytest.Config, suite_payments: int = SUITE_PAYMENTS) -> tuple[int, str, str]:
     """(payments, SIGKILL probability at each place, identity: `position`, or the control's
-    `call_id`)."""
+    `call_id`). Payments: `--crash-payments`, else the matrix's own `suite_payments`."""
     option = config.getoption
-    return option("crash_payments"), option("crash_kill_p"), option("crash_identity")
+    payments = option("crash_payments") or suite_payments
+    return payments, option("crash_kill_p"), option("crash_identity")
 
 
 def set_corner(stage: Any, workdir: Path, mode: str, latency_ms: int) -> None:
@@ -57,7 +70,11 @@ def set_corner(stage: Any, workdir: Path, mode: str, latency_ms: int) -> None:
     load(charge_tool_file(workdir, stage.payments.url, mode))
     # A not-found proves absence one second after the call (a crash leaves no doubt for long).
     Tool.objects.filter(name="charge_card").update(settle_after=timedelta(seconds=1))
-    faults = {"reference_only": mode == "lookup-only", "latency": latency_ms}
+    faults = {
+        "reference_only": mode == "lookup-only",
+        "ignore_keys": mode == "statement",
+        "latency": latency_ms,
+    }
     stage.payments.set_faults(**{k: v for k, v in faults.items() if v})
 
 
@@ -71,13 +88,91 @@ def run_until_done(
     """Run the agent, restarting it after each SIGKILL, until every conversation has ended.
     Returns the kills by place."""
     kills: Counter[str] = Counter()
-    for _ in range(ROUNDS):
-        done = stage.run_python(script, *args, timeout=900, EFFECT_LEDGER_LEASE_SECONDS="2", **env)
-        kills.update(line.split()[1] for line in done.stdout.splitlines() if line[:5] == "KILL ")
-        if done.returncode == 0 and len(unfinished()) == 0:
-            return kills
-        assert done.returncode in (0, -signal.SIGKILL), done.stderr[-3000:]
+    # Each round a new process, forked from one that imported the framework once.
+    with ForkServer(script, stage.env(EFFECT_LEDGER_LEASE_SECONDS="2", **env)) as agent:
+        for _ in range(ROUNDS):
+            done = agent.run(*args, timeout=900)
+            kills.update(
+                line.split()[1] for line in done.stdout.splitlines() if line[:5] == "KILL "
+            )
+            if done.returncode == 0 and len(unfinished()) == 0:
+                return kills
+            assert done.returncode in (0, -signal.SIGKILL), done.stderr[-3000:]
     raise AssertionError(f"conversations still running after {ROUNDS} rounds: {unfinished()}")
+
+
+class StatementImports:
+    """The provider's statement of each second up to `lag` seconds ago, fetched and imported
+    as final every `period` seconds in a thread of the test process, while the agent's resumed
+    conversations wait for the ledger to settle their effects (the daily `fetch_statement`
+    schedule, made fast). `lag` (5 s) outlasts a dispatch's window (the 2 s lease, the tool's
+    1 s `settle_after` and `statement_skew`): a line imported while its effect is still
+    `dispatching` under a live lease is `held`, and no later import decides it again (the
+    effect stays `unknown`: 2 of 50 payments with a 1 s lag)."""
+
+    def __init__(self, stage: Any, period: float = 0.5, lag: float = 5.0) -> None:
+        self.url, self.period, self.lag = stage.payments.url, period, lag
+        self.imported = 0
+        self.errors: list[BaseException] = []
+        self._end = datetime.now(UTC) - timedelta(minutes=1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="statements", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.period):
+                self.catch_up()
+        except Exception as exc:  # kept for the test, which fails on it at `stop`
+            self.errors.append(exc)
+        finally:
+            connection.close()  # the thread's own connection, or the test DB stays in use
+
+    def catch_up(self) -> None:
+        """Import [the last import's end, now - lag) as a final statement, ended before the
+        first effect still dispatching was recorded (a line of it would be `held`), as an
+        operator imports a final statement only for windows that have settled."""
+        start, end = self._end, datetime.now(UTC) - timedelta(seconds=self.lag)
+        busy = Effect.objects.filter(status=Status.DISPATCHING).aggregate(first=Min("created_at"))
+        if busy["first"] is not None:
+            end = min(end, busy["first"] - timedelta(seconds=2))
+        if end <= start:
+            return
+        query = {"from": start.isoformat(), "to": end.isoformat(), "format": "csv"}
+        response = httpx.get(f"{self.url}/statements", params=query, timeout=10, trust_env=False)
+        response.raise_for_status()
+        import_statement(
+            "charge_card", response.content, filename="statement.csv", period_start=start,
+            period_end=end, provisional=False, by="system:statements", origin="fetch",
+        )  # fmt: skip
+        self._end = end
+        self.imported += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self.errors, self.errors
+
+
+IN_DOUBT = (Status.DISPATCHING, Status.UNKNOWN, Status.AWAITING_CONFIRMATION)
+
+
+def in_doubt(stage: Any) -> int:
+    """The agent's effects whose outcome the ledger still does not know."""
+    return Effect.objects.filter(agent=stage.agent, status__in=IN_DOUBT).count()
+
+
+# What an imported statement did to an effect: confirmed it from its line, or proved it never
+# arrived (back to `planned` while attempts remain, else `failed`).
+BY_STATEMENT = ("statement_line", "never_received", "never_sent")
+
+
+def settled_by_statements(stage: Any) -> Counter[str]:
+    """The agent's effects each statement verdict moved, by reason (an effect retried after a
+    proof of absence and confirmed later counts under both)."""
+    events = EffectEvent.objects.filter(effect__agent=stage.agent, reason__in=BY_STATEMENT)
+    found = events.values("reason").annotate(n=Count("effect", distinct=True))
+    return Counter({row["reason"]: row["n"] for row in found})
 
 
 def verdict(stage: Any, payments: int, told: Told) -> Counter[str]:

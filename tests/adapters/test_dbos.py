@@ -423,5 +423,5 @@ def test_the_example_pays_and_mails_once_and_its_counts_agree(stage: Stage) -> N
     assert done.returncode == 0, done.stdout + done.stderr
     assert "charges at the provider: 1 · effects in the ledger: 1" in done.stdout
     assert "messages at the provider: 1 · effects in the ledger: 1" in done.stdout
-    assert len(stage.charges()) == 1 and len(stage.messages()) == 1
+    assert len(stage.payment_intents()) == 1 and len(stage.messages()) == 1
     assert sorted(e.tool for e in stage.effects()) == ["charge_card", "send_email"]

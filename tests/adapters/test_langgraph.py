@@ -44,8 +44,8 @@ from langgraph.types import Command
 from ledger_client import LedgerUnavailable, guarded
 from ledger_client.adapters.langgraph import LedgerMiddleware
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Reason, Tool
+from ledger.rules.reviewqueue import open_review
 from tests.adapters.agents import langgraph_agent as lg
 from tests.adapters.agents.langgraph_model import ScriptedModel, calls
 
@@ -480,4 +480,4 @@ def test_the_example_pays_and_sends_once_and_counts_match(stage):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "charges at the provider: 1 · effects in the ledger: 1" in done.stdout
     assert "messages at the provider: 1 · effects in the ledger: 1" in done.stdout
-    assert len(stage.charges()) == 1 and len(stage.messages()) == 1
+    assert len(stage.payment_intents()) == 1 and len(stage.messages()) == 1

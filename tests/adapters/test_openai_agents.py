@@ -409,4 +409,4 @@ def test_the_example_pays_and_messages_once(stage):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "charges at the provider: 1 · effects in the ledger: 1" in done.stdout
     assert "messages at the provider: 1 · effects in the ledger: 1" in done.stdout
-    assert len(stage.charges()) == 1 and len(stage.messages()) == 1
+    assert len(stage.payment_intents()) == 1 and len(stage.messages()) == 1

@@ -9,7 +9,7 @@ resumed from its saved history with no new prompt, until every conversation has 
 
 The verdict is the LangGraph matrix's (`crashes.py`): at most one charge per payment, a charge
 unless the ledger ended the effect `failed` with proof that nothing was sent, and a conversation
-that agrees with the ledger. The suite's two corners at 50 payments here; `make
+that agrees with the ledger. The suite's two corners at 24 payments here; `make
 crashtest-frameworks` runs all four at 200.
 """
 

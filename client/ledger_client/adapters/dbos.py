@@ -25,12 +25,17 @@ the ledger inside the step until it resolves. An exception leaving a step is che
 DBOS as that step's outcome and replayed on every recovery, so raising `ApprovalPending` would
 end the workflow for good while the operator had not even decided yet.
 
+A lost lease is asked about again. When the step's function ran but its lease ran out before
+the outcome was reported (`LeaseLost`: a call slower than the lease), the guard is called again
+under the same step id and waits for the ledger to settle the effect, instead of letting DBOS
+checkpoint `LeaseLost` as the step's outcome while the provider may have done it.
+
 Retries. `retries_allowed=True` turns on DBOS's step retries; the adapter's `should_retry`
-keeps them to what may help (the ledger unreachable, a limit or a halt that may lift, an
-upstream effect not yet confirmed, the function's own errors) and never retries a refusal
-that is final (a closed effect, a key conflict, exhausted attempts, bad input). A retry can
-never repeat a charge: it is the same step id, hence the same effect, and the guard returns
-the recorded response or waits on the ledger while the first attempt's fate is unknown.
+keeps them to what may help (the ledger unreachable, a limit that may clear or a halt that may
+be resumed, an upstream effect not yet confirmed, the function's own errors) and never retries
+a refusal that is final (a closed effect, a key conflict, exhausted attempts, bad input). A
+retry can never repeat a charge: it is the same step id, hence the same effect, and the guard
+returns the recorded response or waits on the ledger while the first attempt's fate is unknown.
 
 `ledger_step` is `@DBOS.step()` over `dbos_identity` over `@guarded(wait=True)`; the same
 composition can be written by hand (`@DBOS.step()`, then `@dbos_identity`, then
@@ -52,6 +57,7 @@ from ledger_client.context import bind_step
 from ledger_client.errors import (
     Blocked,
     Halted,
+    LeaseLost,
     LedgerClientError,
     LedgerUnavailable,
     LimitExceeded,
@@ -66,9 +72,9 @@ E = TypeVar("E", bound=BaseException)
 
 __all__ = ["dbos_identity", "ledger_step", "should_retry", "step_identity"]
 
-# What a later attempt may not meet: the ledger unreachable (nothing was run), a limit or a
-# halt that may lift, an upstream effect not confirmed yet, a call the function itself says
-# never reached the provider (`NotSent`: the effect is planned again).
+# What a later attempt may not meet: the ledger unreachable (nothing was run), a limit that may
+# clear or a halt that may be resumed, an upstream effect not confirmed yet, a call the function
+# itself says never reached the provider (`NotSent`: the effect is planned again).
 TRANSIENT: tuple[type[LedgerClientError], ...] = (
     LedgerUnavailable,
     LimitExceeded,
@@ -108,6 +114,43 @@ def dbos_identity(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
 
     return bound
+
+
+# How often a step whose outcome report found its lease lost asks the ledger again.
+LOST_LEASE_ASKS = 3
+
+
+def _asked_again_after_a_lost_lease(guard: Callable[P, R]) -> Callable[P, R]:
+    """`guard`, called again when it raises `LeaseLost`: the function ran, but its lease ran
+    out first (a call slower than the lease), so its outcome was not recorded. Called again
+    under the same step identity, the guard meets the effect in doubt, waits for the ledger to
+    settle it (a lookup finds the charge) and returns the recorded result, or runs the function
+    if the ledger proved it never arrived. Raised as it was, `LeaseLost` would be checkpointed
+    as the step's outcome for good, whatever the provider did."""
+    if inspect.iscoroutinefunction(guard):
+        aguard = cast(Callable[..., Awaitable[Any]], guard)
+
+        @functools.wraps(guard)
+        async def acall(*args: Any, **kwargs: Any) -> Any:
+            for _ in range(LOST_LEASE_ASKS):
+                try:
+                    return await aguard(*args, **kwargs)
+                except LeaseLost:
+                    continue
+            return await aguard(*args, **kwargs)
+
+        return cast(Callable[P, R], acall)
+
+    @functools.wraps(guard)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        for _ in range(LOST_LEASE_ASKS):
+            try:
+                return guard(*args, **kwargs)
+            except LeaseLost:
+                continue
+        return guard(*args, **kwargs)
+
+    return call
 
 
 def should_retry(error: BaseException) -> bool:
@@ -189,7 +232,7 @@ def ledger_step(
             max_attempts=max_attempts,
             backoff_rate=backoff_rate,
             should_retry=retry,
-        )(dbos_identity(guard))
+        )(dbos_identity(_asked_again_after_a_lost_lease(guard)))
         return _from_the_workflow(fn, step, name or fn.__qualname__)
 
     return decorate

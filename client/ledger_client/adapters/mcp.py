@@ -12,9 +12,11 @@ list unchanged; the guard is its middleware (`LedgerGuard`), so it fits any `Fas
 - Which tools are read-only comes from the ledger's tool declarations (tools.toml:
   `read_only = true` or `preset = "read_only"`), never from the upstream's `readOnlyHint`.
   Read-only tools are relayed as they are; every other tool, declared or not, is guarded.
-- The identity of a call comes from the request's `_meta`: `effectledger/run_id` and
-  `effectledger/call_id` (`META_RUN_ID`, `META_CALL_ID`). A tool whose declaration names
-  `key_fields` needs only the run id: the ledger derives the effect key from those fields.
+- The identity of a call comes from the request's `_meta`: `effectledger/run_id` and either
+  `effectledger/position` (where in the run: the effect is keyed by it and the request, so a
+  call re-issued after a crash under any new id meets its effect) or `effectledger/call_id`
+  (an id the client keeps for every retry); `ledger_client.adapters.mcp_identity`. A tool
+  whose declaration names `key_fields` needs only the run id.
 - The effect's idempotency key goes upstream in the relayed request's `_meta` under
   `effectledger/idempotency_key` (`META_IDEMPOTENCY_KEY`) and, when the tool's `ToolRoute`
   names one, as an argument.
@@ -29,13 +31,12 @@ list unchanged; the guard is its middleware (`LedgerGuard`), so it fits any `Fas
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import os
+import re
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,46 +44,36 @@ import anyio
 import mcp_types
 from fastmcp.exceptions import NotFoundError
 from fastmcp.server import create_proxy
-from fastmcp.server.dependencies import fastmcp_request_ctx
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.server.providers.proxy import FastMCPProxy
 from fastmcp.tools.base import InputRequiredToolResult, RawStructuredToolResult, ToolResult
 from pydantic import TypeAdapter, ValidationError
 
+from ledger_client.adapters.mcp_answers import (
+    META_EFFECT_ID,
+    META_REPLAYED,
+    META_STATUS,
+    Refusal,
+    refusal_of,
+)
+from ledger_client.adapters.mcp_identity import (
+    META_CALL_ID,
+    META_IDEMPOTENCY_KEY,
+    META_POSITION,
+    META_RUN_ID,
+    identity_of,
+    recorded_request,
+    relayed_meta,
+    request_meta,
+)
 from ledger_client.adapters.mcp_schema import schema_problem, with_defaults
 from ledger_client.aio import AsyncLedger
-from ledger_client.canonical import canonical
 from ledger_client.config import LedgerConfig
 from ledger_client.context import StepIdentity
 from ledger_client.effect import AsyncEffect
-from ledger_client.errors import (
-    ApprovalPending,
-    AttemptsExhausted,
-    Blocked,
-    EffectClosed,
-    EffectKeyConflict,
-    EffectRefused,
-    Halted,
-    LedgerRequestError,
-    LedgerUnavailable,
-    LimitExceeded,
-    NeedsReview,
-    NotSent,
-    OperatorDecided,
-)
+from ledger_client.errors import NeedsReview, NotSent
 from ledger_client.guard import GuardSpec
 from ledger_client.models import Redacted
-
-# The request's `_meta` keys this proxy reads (MCP reserves only prefixes naming
-# `modelcontextprotocol` or `mcp`; `effectledger/` is this project's).
-META_RUN_ID = "effectledger/run_id"
-META_CALL_ID = "effectledger/call_id"
-# What it adds to the relayed request's `_meta` (replacing any value the client sent).
-META_IDEMPOTENCY_KEY = "effectledger/idempotency_key"
-# What it adds to the `_meta` of the results of guarded tools.
-META_EFFECT_ID = "effectledger/effect_id"
-META_STATUS = "effectledger/status"
-META_REPLAYED = "effectledger/replayed"
 
 _CONTENT = TypeAdapter(list[mcp_types.ContentBlock])
 Callback = Callable[[Mapping[str, Any]], str]
@@ -99,6 +90,23 @@ class ToolPolicy:
     name: str
     read_only: bool = False
     key_fields: tuple[str, ...] = ()
+    # The tool's declared `call_timeout` in seconds: the relay never waits longer, since a
+    # lookup's proof of absence counts on no call outlasting it.
+    call_timeout: float | None = None
+
+
+_DURATION = re.compile(r"(\d+)(d|h|m|s)")
+_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def _seconds(name: str, value: object) -> float | None:
+    """A tools.toml duration ("30s", "2m", "1h30m") in seconds; None when absent."""
+    if value is None:
+        return None
+    parts = _DURATION.findall(value) if isinstance(value, str) else []
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise ValueError(f'tool {name!r}: call_timeout must be a duration such as "30s"')
+    return float(sum(int(n) * _SECONDS[u] for n, u in parts))
 
 
 def load_tool_policies(path: str | os.PathLike[str]) -> dict[str, ToolPolicy]:
@@ -119,7 +127,8 @@ def load_tool_policies(path: str | os.PathLike[str]) -> dict[str, ToolPolicy]:
             raise ValueError(f"tool {name!r}: read_only must be true or false")
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise ValueError(f"tool {name!r}: key_fields must be a list of strings")
-        policies[name] = ToolPolicy(name, read_only, tuple(fields))
+        timeout = _seconds(name, spec.get("call_timeout"))
+        policies[name] = ToolPolicy(name, read_only, tuple(fields), timeout)
     return policies
 
 
@@ -142,154 +151,6 @@ class ToolRoute:
     key_in_meta: bool = True
     target: str | Callback | None = None
     provider_ref: Callback | None = None
-
-
-# --- Answers the proxy gives itself ------------------------------------------------------------
-
-
-class _Refusal(Exception):
-    """The call is answered by the proxy (an error result), not relayed."""
-
-    def __init__(self, text: str, status: str, effect_id: str = "") -> None:
-        super().__init__(text)
-        self.text, self.status, self.effect_id = text, status, effect_id
-
-    def result(self) -> ToolResult:
-        meta: dict[str, Any] = {META_STATUS: self.status}
-        if self.effect_id:
-            meta[META_EFFECT_ID] = self.effect_id
-        text = mcp_types.TextContent(type="text", text=self.text)
-        return ToolResult(content=[text], meta=meta, is_error=True)
-
-
-def _effect_id(exc: EffectRefused) -> str:
-    if isinstance(exc, ApprovalPending) and exc.effect_id:
-        return exc.effect_id
-    return exc.effect.id if exc.effect is not None else ""
-
-
-def _refusal(exc: Exception, tool: str) -> _Refusal:
-    """What the client is told when the ledger did not let the call run; `exc` itself is
-    re-raised when it is nothing the ledger said."""
-    if isinstance(exc, TypeError):
-        return _Refusal(f"bad input for {tool!r}: {exc}. Nothing was run.", "bad_request")
-    if isinstance(exc, LedgerUnavailable):
-        return _Refusal(
-            f"the ledger is unavailable, so {tool!r} was not run (nothing was sent upstream); "
-            f"try again later. ({exc})",
-            "ledger_unavailable",
-        )
-    if isinstance(exc, LedgerRequestError):
-        return _Refusal(
-            f"the ledger refused the call of {tool!r} ({exc.code}: {exc.detail}); it was not run.",
-            "refused",
-        )
-    if not isinstance(exc, EffectRefused):
-        raise exc
-    effect_id = _effect_id(exc)
-    return _Refusal(_held_text(exc, effect_id), _held_status(exc), effect_id)
-
-
-def _held_text(exc: EffectRefused, effect_id: str) -> str:
-    if isinstance(exc, ApprovalPending):
-        return (
-            f"awaiting approval (effect {effect_id}): an operator must approve this call in the "
-            "ledger first. Nothing was run; call again with the same identity once approved."
-        )
-    if isinstance(exc, NeedsReview):
-        return (
-            f"needs review (effect {effect_id}, {exc.status}): this call may already have "
-            "taken effect, so it is not run again. The ledger's reconciliation or an operator "
-            "resolves it; do not retry it under a new identity."
-        )
-    if isinstance(exc, EffectClosed):
-        return (
-            f"not run: effect {effect_id} already ended {exc.status} (rejected, cancelled or "
-            "failed); it will not run under this identity."
-        )
-    if isinstance(exc, EffectKeyConflict):
-        return f"refused: this identity was already used with other arguments ({exc})."
-    if isinstance(exc, LimitExceeded):
-        return f"not run: a limit was reached; try again in {exc.retry_after} s ({exc})."
-    if isinstance(exc, (Halted, Blocked, AttemptsExhausted, OperatorDecided)):
-        return f"not run: {exc}"
-    return f"not run: the ledger refused it ({exc})."
-
-
-_STATUS = {
-    EffectKeyConflict: "effect_key_conflict",
-    LimitExceeded: "limit_exceeded",
-    Halted: "halted",
-    Blocked: "blocked",
-    AttemptsExhausted: "attempts_exhausted",
-    OperatorDecided: "operator_decided",
-}
-
-
-def _held_status(exc: EffectRefused) -> str:
-    """The `effectledger/status` of a refusal: the effect's status, or what refused it."""
-    if isinstance(exc, ApprovalPending):
-        return "awaiting_approval"
-    if isinstance(exc, (NeedsReview, EffectClosed)):
-        return exc.status
-    return _STATUS.get(type(exc), "refused")
-
-
-# --- Identity, request, key --------------------------------------------------------------------
-
-
-def _request_meta() -> dict[str, Any]:
-    current = fastmcp_request_ctx.get()
-    return dict(current.meta or {}) if current is not None else {}
-
-
-def _identity(meta: Mapping[str, Any], tool: str, policy: ToolPolicy | None) -> StepIdentity:
-    """The call's step identity from the request's `_meta`."""
-    run_id, call_id = meta.get(META_RUN_ID), meta.get(META_CALL_ID)
-    if call_id is None and policy is not None and policy.key_fields:
-        call_id = tool  # a business key: the ledger derives the effect key from the fields
-    for key, value in ((META_RUN_ID, run_id), (META_CALL_ID, call_id)):
-        if not isinstance(value, str) or not value or len(value) > 200:
-            raise _Refusal(
-                f"missing identity: {tool!r} is guarded by the ledger, so its call needs "
-                f"`_meta` {META_RUN_ID!r} and {META_CALL_ID!r} (strings of 1 to 200 "
-                f"characters; the same for every retry of the call). {key!r} is {value!r}. "
-                "Nothing was run.",
-                "bad_request",
-            )
-    assert isinstance(run_id, str) and isinstance(call_id, str)
-    return StepIdentity(run_id, call_id)
-
-
-def _request(arguments: Mapping[str, Any] | None, route: ToolRoute, tool: str) -> dict[str, Any]:
-    """The effect's request: the call's arguments, canonical, without the key argument."""
-    request: dict[str, Any] = {}
-    for name, value in (arguments or {}).items():
-        if name == route.key_argument:
-            continue
-        try:
-            request[name] = canonical(value, f"argument {name!r}")
-        except TypeError as exc:
-            raise _refusal(exc, tool) from None
-    return request
-
-
-@contextlib.contextmanager
-def _relayed_meta(key: str | None) -> Iterator[None]:
-    """The request's `_meta` as the upstream gets it: the client's own idempotency key
-    removed, the effect's added (fastmcp's proxy relays the bound request context's `_meta`)."""
-    current = fastmcp_request_ctx.get()
-    if current is None:
-        yield
-        return
-    meta = {k: v for k, v in (current.meta or {}).items() if k != META_IDEMPOTENCY_KEY}
-    if key is not None:
-        meta[META_IDEMPOTENCY_KEY] = key
-    token = fastmcp_request_ctx.set(dataclasses.replace(current, meta=meta))
-    try:
-        yield
-    finally:
-        fastmcp_request_ctx.reset(token)
 
 
 # --- Results: recorded, replayed ----------------------------------------------------------------
@@ -371,7 +232,7 @@ class _Relay:
             arguments[self.route.key_argument] = effect.idempotency_key
         message = self.context.message.model_copy(update={"arguments": arguments})
         key = effect.idempotency_key if self.route.key_in_meta else None
-        with _relayed_meta(key), anyio.fail_after(self.timeout):
+        with relayed_meta(key), anyio.fail_after(self.timeout):
             result = await self.call_next(self.context.copy(message=message))
         if isinstance(result, InputRequiredToolResult):
             # The upstream asks the client for input before it acts (SEP-2322): nothing was
@@ -447,6 +308,14 @@ class LedgerGuard(Middleware):
         self.validate_arguments = validate_arguments
         self.settle_timeout = settle_timeout
 
+    def _timeout(self, tool: str) -> float | None:
+        """The proxy's call_timeout, bounded by the tool's declared one."""
+        policy = self.policies.get(tool)
+        declared = policy.call_timeout if policy else None
+        if declared is None or self.call_timeout is None:
+            return declared if self.call_timeout is None else self.call_timeout
+        return min(declared, self.call_timeout)
+
     def read_only(self, tool: str) -> bool:
         policy = self.policies.get(tool)
         return policy is not None and policy.read_only
@@ -461,7 +330,7 @@ class LedgerGuard(Middleware):
             return await call_next(context)
         try:
             return await self._guarded(context, call_next, name)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             return refusal.result()
 
     async def _guarded(
@@ -471,8 +340,8 @@ class LedgerGuard(Middleware):
         name: str,
     ) -> ToolResult:
         route = self.routes.get(name, ToolRoute())
-        identity = _identity(_request_meta(), name, self.policies.get(name))
-        request = _request(context.message.arguments, route, name)
+        identity = identity_of(request_meta(), name, self.policies.get(name))
+        request = recorded_request(context.message.arguments, route, name)
         request = await self._check_upstream(context, name, request, route)
         spec = GuardSpec(
             route.ledger_tool or name,
@@ -481,7 +350,7 @@ class LedgerGuard(Middleware):
             ledger=self.ledger,
             settle_timeout=self.settle_timeout,
         )
-        relay = _Relay(context, call_next, route, request, self.call_timeout)
+        relay = _Relay(context, call_next, route, request, self._timeout(name))
         # Shielded: a client that hangs up mid-call must not leave the effect without its
         # outcome (the upstream call goes on, and its result is recorded for the retry).
         with anyio.CancelScope(shield=True):
@@ -490,7 +359,7 @@ class LedgerGuard(Middleware):
             except Exception as exc:
                 if relay.effect_id:
                     return relay.failed(exc)
-                raise _refusal(exc, name) from None
+                raise refusal_of(exc, name) from None
         replayed = not relay.effect_id
         meta: dict[str, Any] = {META_STATUS: "confirmed", META_REPLAYED: replayed}
         if relay.effect_id:
@@ -535,12 +404,12 @@ class LedgerGuard(Middleware):
         except NotFoundError:
             tool = None
         if tool is None:
-            raise _Refusal(f"Unknown tool: {name!r}. Nothing was run.", "bad_request")
+            raise Refusal(f"Unknown tool: {name!r}. Nothing was run.", "bad_request")
         skip = (route.key_argument,) if route.key_argument else ()
         try:
             request = with_defaults(tool.parameters, request, skip)
         except TypeError as exc:
-            raise _refusal(exc, name) from None
+            raise refusal_of(exc, name) from None
         if not self.validate_arguments:
             return request
         arguments = dict(request)
@@ -548,7 +417,7 @@ class LedgerGuard(Middleware):
             arguments[route.key_argument] = "idempotency-key"
         problem = schema_problem(tool.parameters, arguments)
         if problem is not None:
-            raise _Refusal(
+            raise Refusal(
                 f"bad input for {name!r}: {problem} (the tool's input schema). Nothing was run.",
                 "bad_request",
             )
@@ -589,6 +458,7 @@ __all__ = [
     "META_CALL_ID",
     "META_EFFECT_ID",
     "META_IDEMPOTENCY_KEY",
+    "META_POSITION",
     "META_REPLAYED",
     "META_RUN_ID",
     "META_STATUS",

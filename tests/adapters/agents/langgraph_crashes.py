@@ -11,7 +11,7 @@ ended yet is started, or, if its thread has a checkpoint, resumed with LangGraph
 `invoke(None, config)` and nothing else, four at a time. With LG_KILL_P=p the process SIGKILLs
 itself, with probability p at each place, before the charge is sent, while it is in flight, and
 after the provider answered (before the guard records the outcome). Prints `DONE <thread>` as
-each ends.
+each ends. With LG_WAIT=1 the guard waits out holds (the statement corner).
 """
 
 from __future__ import annotations
@@ -36,10 +36,13 @@ from tests.adapters.agents.langgraph_model import ScriptedModel
 
 KILL_P = float(os.environ.get("LG_KILL_P", "0"))
 WRITE_SECONDS = 0.02
+# LG_WAIT=1: the guard waits out an effect left to a review (`wait=True`), as a provider known
+# only by its statements needs: the statement's import settles it while the thread waits.
+WAIT = os.environ.get("LG_WAIT") == "1"
 
 
 @tool
-@guarded(tool="charge_card", target="{account}")
+@guarded(tool="charge_card", target="{account}", wait=WAIT)
 def charge_card(amount: str, currency: str, account: str) -> dict[str, Any]:
     """Charge `amount` (a decimal string) in `currency` to the card on file for `account`."""
     return crash_points.charge(amount, currency, account, KILL_P)
