@@ -53,8 +53,13 @@ install-test: $(VENV)/.installed-test $(VENV)/bin/promtool
 run: install
 	$(STACK) run
 
+# Three pytest-xdist workers on two cores (much of the suite waits on its servers and agents;
+# docs/testing.md has the measurement), each with a database and Redis databases of its own
+# (tests/hermetic.py), handed whole files, the longest first (tests/scheduling.py);
+# PYTEST_WORKERS=0 runs everything in one process. docs/testing.md has the rules.
+PYTEST_WORKERS ?= 3
 test: install-test
-	$(TEST_ENV) $(STACK) exec -- $(PY) -m pytest $(PYTEST_ARGS); \
+	$(TEST_ENV) $(STACK) exec -- $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 bench: install-test
@@ -68,22 +73,29 @@ bench: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/growth.py; g=$$?; \
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/soak.py; h=$$?; \
 	$(TEST_ENV) $(STACK) exec -- $(PY) bench/adapters.py; i=$$?; \
-	exit $$((a | b | c | d | e | f | g | h | i))
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/stripe_report.py; j=$$?; \
+	$(TEST_ENV) $(STACK) exec -- $(PY) bench/restore_listing.py; k=$$?; \
+	exit $$((a | b | c | d | e | f | g | h | i | j | k))
 
 # The crash test: SIGKILLs at every named point, then provider, ledger and expectation compared.
 # CRASHTEST_ARGS, e.g. "--workflows 1000 --crashes 1010" or "--ignore-keys".
 crashtest: install-test
 	$(TEST_ENV) $(STACK) exec -- $(PY) manage.py crashtest $(CRASHTEST_ARGS)
 
-# The frameworks' crash matrix at size: a LangGraph agent under its defaults and a Pydantic AI
-# agent saving its history after each node, SIGKILLed around each charge and resumed the
-# framework's own way; a line per framework, provider mode and latency.
+# The frameworks' crash matrix at size: a LangGraph agent under its defaults, a Pydantic AI
+# agent saving its history after each node and an Agents SDK agent in its SQLiteSession,
+# SIGKILLed around each charge and resumed the framework's own way, the guarded MCP proxy
+# SIGKILLed and restarted under an MCP host that re-issues its calls, DBOS workflows recovered
+# by DBOS; a line per framework, provider mode and latency (LangGraph also against a provider
+# known by its statements alone).
 CRASH_PAYMENTS ?= 200
 CRASH_KILL_P ?= 0.15
 crashtest-frameworks: install-test
 	@mkdir -p var
 	$(TEST_ENV) $(STACK) exec -- $(PY) -m pytest tests/adapters/test_langgraph_crashes.py \
-	  tests/adapters/test_pydantic_ai_crashes.py -q -s -p no:cacheprovider --crash-matrix=full \
+	  tests/adapters/test_pydantic_ai_crashes.py tests/adapters/test_openai_agents_crashes.py \
+	  tests/adapters/test_mcp_crashes.py tests/adapters/test_dbos_crashes.py \
+	  -q -s -p no:cacheprovider --crash-matrix=full \
 	  --crash-payments=$(CRASH_PAYMENTS) --crash-kill-p=$(CRASH_KILL_P) \
 	  > var/crashtest-frameworks.log 2>&1; rc=$$?; \
 	  grep -E "^CRASH-MATRIX|passed|failed" var/crashtest-frameworks.log; exit $$rc

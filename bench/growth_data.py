@@ -32,7 +32,7 @@ def fill_month(agent_id: int, month: date, events: int, start: int) -> int:
     """`events` events (of events / 10 confirmed effects) with times spread over `month`,
     effect numbers from `start`; returns the next free number. Triggers are off for the load
     (session_replication_role = replica): the rows are consistent by construction."""
-    from ledger.effects import digests
+    from ledger.policy import digests
 
     effects = max(1, events // EVENTS_PER_EFFECT)
     digest = digests.content_digest({"n": 1})

@@ -37,13 +37,28 @@ PHASES: list[tuple[str, str, str]] = [
         "_run_checks",
     ),
     ("input: JSON parse, checks, pydantic", "ninja.operation:Operation", "_get_values"),
-    ("view: tool policy lookup (policy_for)", "ledger.api.endpoints", "policy_for"),
-    ("view: record_intent (key lookup, seq, insert, event)", "ledger.api.endpoints",
-    "record_intent"),
-    ("view: claim (dependency check, update, event)", "ledger.api.endpoints", "claim"),
-    ("view: effect lookup (_own_effect)", "ledger.api.endpoints", "_own_effect"),
-    ("view: record_outcome (update, event)", "ledger.api.endpoints", "record_outcome"),
-    ("view: response dict + upstreams query (_show)", "ledger.api.endpoints", "_show"),
+    # A phase's functions are patched where the routes and services call them; a label may
+    # name several (the policy is looked up by the intent's route and the outcome's service).
+    ("view: tool policy lookup (policy_for)", "ledger.api.routes.effects", "policy_for"),
+    ("view: tool policy lookup (policy_for)", "ledger.effects.agentcalls", "policy_for"),
+    (
+        "view: record_intent (key lookup, seq, insert, event)",
+        "ledger.effects.intake",
+        "record_intent",
+    ),
+    ("view: claim (dependency check, update, event)", "ledger.effects.transitions", "claim"),
+    ("view: effect lookup (own_effect)", "ledger.effects.agentcalls", "own_effect"),
+    ("view: record_outcome (update, event)", "ledger.effects.agentcalls", "record_outcome"),
+    (
+        "view: response dict + upstreams query (answer_dict)",
+        "ledger.api.routes.effects",
+        "answer_dict",
+    ),
+    (
+        "view: response dict + upstreams query (answer_dict)",
+        "ledger.effects.agentcalls",
+        "upstream_of",
+    ),
     (
         "output: pydantic response model + JSON render",
         "ninja.operation:Operation",
@@ -54,11 +69,11 @@ PHASES: list[tuple[str, str, str]] = [
 
 # Nested work worth its own row wherever it happens (redaction inside record_intent, …).
 DETAILS: list[tuple[str, str, str]] = [
-    ("  redaction (Redactor)", "ledger.audit.redaction:Redactor", "__call__"),
-    ("  redaction (Redactor.text)", "ledger.audit.redaction:Redactor", "text"),
-    ("  HMACs: request hash", "ledger.effects.digests", "request_hash"),
-    ("  HMACs: value digest", "ledger.effects.digests", "value_digest"),
-    ("  event digest (content_digest)", "ledger.effects.digests", "content_digest"),
+    ("  redaction (Redactor)", "ledger.policy.redaction:Redactor", "__call__"),
+    ("  redaction (Redactor.text)", "ledger.policy.redaction:Redactor", "text"),
+    ("  HMACs: request hash", "ledger.policy.digests", "request_hash"),
+    ("  HMACs: value digest", "ledger.policy.digests", "value_digest"),
+    ("  event digest (content_digest)", "ledger.policy.digests", "content_digest"),
 ]
 
 
@@ -144,8 +159,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("Django ORM (query building, model instances)", ("django/db/",)),
     ("pydantic (validation, serialization)", ("pydantic",)),
     ("django-ninja (dispatch, auth, parsing glue)", ("/ninja/",)),
-    ("redaction (ledger/audit/redaction.py incl. regex)", ("ledger/audit/redaction.py",)),
-    ("HMACs and digests", ("ledger/effects/digests.py", "hmac.py", "_hashlib", "hashlib", "_sha2")),
+    ("redaction (ledger/policy/redaction.py incl. regex)", ("ledger/policy/redaction.py",)),
+    ("HMACs and digests", ("ledger/policy/digests.py", "hmac.py", "_hashlib", "hashlib", "_sha2")),
     ("JSON encode/decode (jsonenc, json)", ("ledger/jsonenc.py", "/json/", "_json", "unicodedata")),
     ("ledger logic (other)", ("ledger/",)),
     (
@@ -295,7 +310,7 @@ def print_phases(clock: PhaseClock, wall: float, n: int) -> None:
     )
     print("      %   wall ms   PostgreSQL ms   Python ms   phase")
     total = sum(clock.own.values())
-    labels = [DJANGO] + [label for label, _, _ in PHASES]
+    labels = [DJANGO, *dict.fromkeys(label for label, _, _ in PHASES)]
     details = [label for label, _, _ in DETAILS]
     for label in labels + details:
         own = clock.own.get(label, 0.0)

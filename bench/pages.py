@@ -174,7 +174,7 @@ def signed_in_client() -> Iterator[tuple[Any, Any]]:
 
 def time_summary() -> float:
     """Milliseconds one read of the summary takes (what the refreshing thread runs)."""
-    from ledger.observability.summary import read_summary
+    from ledger.overview.summary import read_summary
 
     start = time.perf_counter()
     read_summary()

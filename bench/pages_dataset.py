@@ -284,7 +284,7 @@ SELECT {_id("p.cg")}, {_agent("p.target_g")}, {_key("p.target_g")} || ':compensa
 
 
 # Each item carries its effect's tool, agent, run and creation time, as
-# ledger.containment.reviewqueue copies them.
+# ledger.rules.reviewqueue copies them.
 INSERT_REVIEWS = f"""
 INSERT INTO reviews_reviewitem
        (effect_id, reason, opened_at, due_at, assignee_id, resolved_at, resolved_by_id,

@@ -12,7 +12,7 @@
    5,000 confirmed with the provider's charge id, 5,000 planned (not found, settle_after
    passed, attempts left), none failed or unknown, one `reconciliation` event each, no review
    item, and not one new charge at the provider. `--jobs drain` feeds the workers batched
-   `reconcilers.jobs.drain` jobs instead.
+   `drain-checks` jobs (`reconcilers.jobs.drain`) instead.
 
    The run stops at `--timeout` (100 s) and then reports the rate of what it resolved and
    checks those. Beside it, in the same run: the provider's own lookup latency (the product
@@ -81,7 +81,7 @@ def parse_args(argv: list[str]) -> Options:
         choices=("sweep", "drain"),
         default="sweep",
         help="sweep: the product's sweep enqueues check_effects jobs (production); "
-        "drain: batched reconcilers.jobs.drain jobs (sweep)",
+        "drain: batched drain-checks jobs (reconcilers.jobs.drain)",
     )
     parser.add_argument(
         "--drain-limit", type=int, default=500, help="effects per drain job with --jobs drain"

@@ -60,7 +60,7 @@ def profile_checker(opts: Options, agent_id: int, provider_url: str) -> CheckerP
     in wall time and in this process's CPU time."""
     from django.db import connection
 
-    import reconcilers.payments as payments
+    import reconcilers.providers.sandbox_payments.adapter as payments
     from reconcilers.jobs import check_effects, drain
     from reconcilers.schedules import BATCH
 

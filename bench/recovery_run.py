@@ -127,15 +127,12 @@ def enqueue_work(opts: Options) -> str:
             f"sweep(): {result['expired_leases']} leases queued, {result['redriven']} "
             "effects re-driven in check_effects jobs"
         )
-    import django_rq
+    from reconcilers.jobqueue import enqueue
 
-    from reconcilers.jobqueue import JOB_TIMEOUT, QUEUE
-
-    queue = django_rq.get_queue(QUEUE)
     jobs = math.ceil(opts.effects / opts.drain_limit) + opts.workers
-    for _ in range(jobs):
-        queue.enqueue("reconcilers.jobs.drain", opts.drain_limit, job_timeout=JOB_TIMEOUT)
-    return f"{jobs} reconcilers.jobs.drain({opts.drain_limit}) jobs enqueued"
+    if not enqueue("drain-checks", [(opts.drain_limit,)] * jobs):
+        raise SystemExit("Redis did not take the drain jobs")
+    return f"{jobs} drain-checks({opts.drain_limit}) jobs enqueued"
 
 
 def wait_resolved(
@@ -250,7 +247,7 @@ def lookup_latency(provider_url: str, keys: list[str], calls: int = 100) -> dict
     import httpx
 
     from ledger.models import Effect, Tool
-    from reconcilers.registry import adapter_for
+    from reconcilers.providers import adapter_for
 
     adapter = adapter_for(Tool.objects.get(name=TOOL))
     effects = list(Effect.objects.filter(idempotency_key__in=keys[: calls + 10]))

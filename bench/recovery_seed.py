@@ -30,8 +30,8 @@ def seed_dispatching(agent_id: int, run_id: str, count: int) -> tuple[list[str],
     """`count` charge_card effects as the API leaves them after intent + claim, whose lease
     expired ten minutes ago and which the lease sweep has queued (next_check_at =
     lease_expires_at); with their intent and claim events. Returns (ids, idempotency keys)."""
-    from ledger.effects import digests
     from ledger.models import Tool
+    from ledger.policy import digests
 
     max_attempts = Tool.objects.get(name=TOOL).max_attempts
     ids = [str(uuid.uuid4()) for _ in range(count)]

@@ -16,18 +16,14 @@ file into an unlogged table of text columns, no parsing, no matching. Afterwards
 (empty) final statement is imported, which turns the orphan lines into incidents, and every
 count is checked. Goals: under 60 s and under 200 MiB peak RSS.
 
-Runs in `<DATABASE_URL's database>_bench_statements`, created afresh and dropped at the end
-unless --keep-db. The table also goes to `var/bench/statements.json`. Exit status 0 also when a
-goal is missed (this is a measurement); 1 when a count is wrong.
+Database `…_bench_statements` (`bench.children`); the table also goes to
+`var/bench/statements.json`; exit status 1 only when a count is wrong.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -38,6 +34,13 @@ from typing import Any
 # Run as a file, this script has bench/ on sys.path: `bench.…` imports need the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.children import (
+    base_database_url,
+    child_options,
+    measure_in_child,
+    parent_or_child,
+    rss_mib,
+)
 from bench.harness import (
     EFFECT_COLUMNS,
     ROOT,
@@ -45,7 +48,6 @@ from bench.harness import (
     bench_env,
     drop_quietly,
     options_from,
-    run_stoppable,
     setup_django,
 )
 from bench.report import machine_info, print_grid, write_result
@@ -80,12 +82,15 @@ class Options:
 def parse_args(argv: list[str]) -> tuple[Options, str | None]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=1_000_000, help="lines (1000000)")
-    parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    child_options(parser)
     args = parser.parse_args(argv)
-    if args.lines < ABSENT_EVERY:
-        parser.error(f"--lines must be at least {ABSENT_EVERY}")
+    check_lines(parser, args.lines)
     return options_from(args, Options), args.child
+
+
+def check_lines(parser: argparse.ArgumentParser, lines: int) -> None:
+    if lines < ABSENT_EVERY:
+        parser.error(f"--lines must be at least {ABSENT_EVERY}")
 
 
 def period(now: datetime) -> tuple[datetime, datetime]:
@@ -116,6 +121,21 @@ def expected(lines: int) -> dict[str, int]:
 _ID = "(lpad(to_hex(g), 12, '0') || left(md5(g::text), 20))::uuid"
 _KEY = "'el_' || lpad(to_hex(g), 8, '0') || left(md5('k' || g), 24)"
 _CLAIM = "%(start)s::timestamptz + interval '1 hour' + (g::float8 / %(n)s) * interval '20 hours'"
+
+
+def filled_database(base_url: str, name: str, lines: int, path: Path) -> dict[str, str]:
+    """Database `name` afresh with the statements tool and `lines` effects of one past day, the
+    ledger's own statement of that day written to `path`; the environment on the database."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    tools = WORK / "tools.toml"
+    tools.write_text(TOOLS)
+    env, _ = fresh_database(bench_env(base_url), name, tools=tools, agents=["bench"])
+    import psycopg
+
+    with psycopg.connect(env["DATABASE_URL"]) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]
+    fill(env["DATABASE_URL"], lines, period(now)[0], path)
+    return env
 
 
 def fill(url: str, n: int, start: datetime, path: Path) -> None:
@@ -188,40 +208,39 @@ def fill(url: str, n: int, start: datetime, path: Path) -> None:
 # --- The children ----------------------------------------------------------------------------
 
 
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def child_import(path: Path) -> dict[str, Any]:
-    setup_django(bench_env(os.environ["DATABASE_URL"]))
+def import_day(path: Path) -> dict[str, Any]:
+    """The day's statement at `path` imported (Django set up, the tool reading its format):
+    seconds, this process's CPU seconds and peak RSS, and the counts `expected` names. Then the
+    next day's final statement, its header alone, which turns the orphan lines into incidents."""
     from ledger.effects.recovery import database_now
     from ledger.statements import import_statement
 
     start, end = period(database_now())
     before = rss_mib()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     made = import_statement(
         TOOL, path, filename=path.name, period_start=start, period_end=end,
         provisional=False, by="system:bench", origin="command",
     )  # fmt: skip
-    seconds = time.perf_counter() - began
+    seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
     peak = rss_mib()
-    # The next day's final statement: what no effect intended becomes an incident.
+    with path.open() as source:
+        header = source.readline()
     nxt = import_statement(
-        TOOL, b"provider_ref,reference,amount,currency,status,occurred_at\n",
-        filename="next.csv", period_start=end, period_end=end + timedelta(days=1),
-        provisional=False, by="system:bench", origin="command",
+        TOOL, header.encode(), filename="next.csv", period_start=end,
+        period_end=end + timedelta(days=1), provisional=False, by="system:bench",
+        origin="command",
     )  # fmt: skip
     counts = {name: getattr(made, name) for name in expected(0)}
     counts["orphans"] = nxt.orphans
-    return {
-        "seconds": seconds,
-        "peak_rss_mib": peak,
-        "rss_before_mib": before,
-        "batches": made.batches,
-        "phase": made.phase,
-        "counts": counts,
-    }
+    return {"seconds": seconds, "cpu_seconds": cpu, "peak_rss_mib": peak,
+            "rss_before_mib": before, "batches": made.batches, "phase": made.phase,
+            "counts": counts}  # fmt: skip
+
+
+def child_import(path: Path) -> dict[str, Any]:
+    setup_django(bench_env(os.environ["DATABASE_URL"]))
+    return import_day(path)
 
 
 def child_copy(path: Path) -> dict[str, Any]:
@@ -248,46 +267,24 @@ def child_copy(path: Path) -> dict[str, Any]:
     return {"seconds": seconds, "peak_rss_mib": rss_mib(), "rss_before_mib": before}
 
 
-def measure(env: dict[str, str], which: str, path: Path) -> dict[str, Any]:
-    child = subprocess.run(
-        [sys.executable, __file__, "--child", f"{which}:{path}"],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if child.returncode != 0:
-        raise RuntimeError(f"child {which} failed:\n{child.stdout}\n{child.stderr}")
-    return json.loads(child.stdout.strip().splitlines()[-1])
-
-
 # --- The parent ------------------------------------------------------------------------------
 
 
 def benchmark(opts: Options) -> int:
-    base_url = os.environ.get("DATABASE_URL", "")
-    if not base_url:
-        raise SystemExit(
-            "DATABASE_URL must be set (run it through `python -m devstack.stack exec`)."
-        )
+    base_url = base_database_url()
     name = bench_database(base_url, "bench_statements")
     print(f"Statement import benchmark on {os.cpu_count()} CPUs; database {name}.", flush=True)
-    WORK.mkdir(parents=True, exist_ok=True)
-    tools = WORK / "tools.toml"
-    tools.write_text(TOOLS)
     path = WORK / f"statement-{opts.lines}.csv"
     try:
         began = time.perf_counter()
-        env, _ = fresh_database(bench_env(base_url), name, tools=tools, agents=["bench"])
-        import psycopg
-
-        with psycopg.connect(env["DATABASE_URL"]) as conn:
-            now = conn.execute("SELECT now()").fetchone()[0]
-        fill(env["DATABASE_URL"], opts.lines, period(now)[0], path)
+        env = filled_database(base_url, name, opts.lines, path)
         print(
             f"  {opts.lines:,} effects and a {path.stat().st_size / 2**20:.0f} MiB statement "
             f"in {time.perf_counter() - began:.1f} s",
             flush=True,
         )
-        ledger = measure(env, "import", path)
-        floor = measure(env, "copy", path)
+        ledger = measure_in_child(__file__, env, f"import:{path}")
+        floor = measure_in_child(__file__, env, f"copy:{path}")
     finally:
         path.unlink(missing_ok=True)
         if not opts.keep_db:
@@ -348,12 +345,12 @@ def report(opts: Options, ledger: dict[str, Any], floor: dict[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     opts, child = parse_args(sys.argv[1:] if argv is None else argv)
-    if child:
-        which, _, path = child.partition(":")
-        result = (child_import if which == "import" else child_copy)(Path(path))
-        print(json.dumps(result, default=str))
-        return 0
-    return run_stoppable(lambda: benchmark(opts), restore_sigint=True)
+    return parent_or_child(child, in_child, lambda: benchmark(opts))
+
+
+def in_child(what: str) -> dict[str, Any]:
+    which, _, path = what.partition(":")
+    return (child_import if which == "import" else child_copy)(Path(path))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
     planner     proposes a payment                      (effect `propose`)
     validator   approves the amount                     (effect `approve`, depends on `propose`)
-    executor ×2 charge the card through the payments    (effect `charge`, depends on `approve`;
-                sandbox; one claim wins, the other         one owner per effect)
-                stands down
+    executor ×2 pay through Stripe's SDK, against the    (effect `charge`, depends on `approve`;
+                payments sandbox's Stripe face; one        one owner per effect)
+                claim wins, the other stands down
     fulfilment  sends the confirmation message through  (effect `notify`, depends on `charge`;
                 the messaging sandbox                      `Blocked` until the charge is confirmed)
 
@@ -27,10 +27,13 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
+import stripe
 from ledger_client import Blocked, Ledger, LedgerClientError, NeedsReview
 
 ROLES = ("planner", "validator", "executor", "fulfilment")
 APPROVAL_LIMIT = Decimal("100.00")
+# The payments sandbox's Stripe face takes any test key (docs/providers/stripe.md).
+SANDBOX_STRIPE_KEY = "sk_test_effect_ledger_sandbox"
 BLOCKED_TIMEOUT = 30.0
 started = time.monotonic()
 
@@ -99,27 +102,52 @@ class Workflow:
                     if e.replayed:
                         say(owner, f"charge already confirmed ({e.result}); not charging again")
                         return
-                    say(owner, f"claimed the charge (attempt {e.attempt}), calling the provider")
-                    with httpx.Client(base_url=self.payments, timeout=10, trust_env=False) as http:
-                        answer = http.post(
-                            "/charges",
-                            json=request,
-                            # A slow provider, so that the interlock is visible.
-                            headers={
-                                "Idempotency-Key": e.idempotency_key,
-                                "X-Sandbox-Fault": "latency=1500",
-                            },
-                        )
-                    if answer.status_code >= 500:
-                        e.unknown(f"provider answered {answer.status_code}")
-                    elif answer.status_code >= 400:
-                        e.fail(answer.json())
-                    else:
-                        charge = answer.json()
-                        e.confirm(charge["id"], charge)
-                        say(owner, f"charge {charge['id']} confirmed")
+                    say(owner, f"claimed the charge (attempt {e.attempt}), calling Stripe")
+                    try:
+                        intent = self.pay(e, request)
+                    except stripe.CardError as declined:
+                        e.fail({"error": str(declined)[:300]})
+                        return
+                    except stripe.InvalidRequestError as refused:
+                        e.fail({"error": str(refused)[:300]})
+                        return
+                    except stripe.StripeError as lost:
+                        # No answer, a 5xx, a 429: the payment may exist; the ledger asks Stripe.
+                        e.unknown(f"{type(lost).__name__}: {lost}"[:300])
+                        return
+                    e.confirm(intent.id, {"id": intent.id, "status": intent.status})
+                    say(owner, f"payment {intent.id} confirmed")
             except NeedsReview as refused:
                 say(owner, f"stands down: {refused}")
+
+    def pay(self, e: Any, request: dict[str, Any]) -> Any:
+        """The payment through Stripe's SDK (the payments sandbox's Stripe face here): keyed by
+        the effect's idempotency key, its identity in the metadata the ledger searches by."""
+        client = stripe.StripeClient(
+            os.environ.get("STRIPE_TEST_SECRET_KEY", SANDBOX_STRIPE_KEY),
+            base_addresses={"api": self.payments},
+            max_network_retries=0,
+            # Within the tool's call_timeout (10 s), so that a lease never ends mid-call.
+            http_client=stripe.RequestsClient(timeout=8),
+        )
+        return client.v1.payment_intents.create(
+            params={
+                "amount": int(Decimal(request["amount"]) * 100),
+                "currency": request["currency"].lower(),
+                "confirm": True,
+                "payment_method": "pm_card_visa",
+                "metadata": {
+                    "ledger_key": e.idempotency_key,
+                    "ledger_effect": str(e.id),
+                    "ledger_target": request["account"],
+                },
+            },
+            # A slow provider, so that the interlock is visible.
+            options={
+                "idempotency_key": e.idempotency_key,
+                "headers": {"X-Sandbox-Fault": "latency=1500"},
+            },
+        )
 
     def fulfil(self) -> None:
         self.published["charge"].wait()

@@ -69,7 +69,7 @@ def wait_healthy(api_url: str, timeout: float = 30.0) -> None:
 # keys: the provider honours keys and has a lookup, so an `unknown` outcome is checked by the
 # reconciler; the short `settle_after` lets "not found" count as proof within a short run.
 # lookup-only: a search by reference that is complete (a list) but no deduplication, so only
-# a late enough not-found proves absence (`ledger.provider.lookup_absence`), on short clocks: a call
+# a late enough not-found proves absence (`ledger.rules.lookup_absence`), on short clocks: a call
 # takes at most 2 s (the lease), the search has no lag, not-found proves absence 3 s after the
 # lease.
 # statement: nothing but the provider's statements (`ledger.statements`), which say what

@@ -60,7 +60,12 @@ from devstack.web import upstream_accepts, web_services
 
 SECRETS_FILE = VAR / "secrets.env"
 SECRET_NAMES = ("SECRET_KEY", "LEDGER_KEYS", "LEDGER_WEBHOOK_SECRETS", "LEDGER_METRICS_TOKEN")
-RUN_ENV_NAMES = ("DATABASE_URL", "REDIS_URL", *SECRET_NAMES)
+# The Stripe key the demo's card tools name (tools.toml): the payments sandbox's Stripe face
+# takes any test key. Set it to your own test key when base_url points at Stripe.
+STRIPE_KEY_NAME, SANDBOX_STRIPE_KEY = "STRIPE_TEST_SECRET_KEY", "sk_test_effect_ledger_sandbox"
+RUN_ENV_NAMES = ("DATABASE_URL", "REDIS_URL", *SECRET_NAMES, STRIPE_KEY_NAME)
+# Providers whose callbacks the demo's tools take: the sandbox's own scheme and Stripe's.
+WEBHOOK_PROVIDERS = ("sandbox-pay", "stripe")
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL for each child
 STARTUP_TIMEOUT = 60.0  # seconds gunicorn may take to accept connections
 
@@ -74,18 +79,38 @@ def generate_secret(name: str) -> str:
     if name == "LEDGER_KEYS":
         return f"1:{secrets.token_urlsafe(32)}"  # keyring version 1; rotate by adding 2:...
     if name == "LEDGER_WEBHOOK_SECRETS":
-        return f"sandbox-pay:{secrets.token_urlsafe(32)}"
+        return ",".join(f"{p}:{_webhook_secret(p)}" for p in WEBHOOK_PROVIDERS)
     if name == "LEDGER_METRICS_TOKEN":
         return secrets.token_urlsafe(32)
     raise ValueError(name)
+
+
+def _webhook_secret(provider: str) -> str:
+    # Stripe's signing secrets look like whsec_…; the sandbox signs with whatever it is given.
+    return ("whsec_" if provider == "stripe" else "") + secrets.token_urlsafe(32)
+
+
+def _with_every_webhook_provider(stored: dict[str, str]) -> list[str]:
+    """Secrets stored before a provider was added get one for it (the others kept as they
+    are); returns the names changed."""
+    value = stored.get("LEDGER_WEBHOOK_SECRETS", "")
+    if not value:
+        return []
+    named = {entry.split(":", 1)[0].strip() for entry in value.split(",")}
+    added = [f"{p}:{_webhook_secret(p)}" for p in WEBHOOK_PROVIDERS if p not in named]
+    if added:
+        stored["LEDGER_WEBHOOK_SECRETS"] = ",".join([value, *added])
+        return ["LEDGER_WEBHOOK_SECRETS"]
+    return []
 
 
 def load_secrets(path: Path = SECRETS_FILE) -> dict[str, str]:
     """The stored secrets, generating (and storing) any that are missing."""
     stored = read_env_file(path)
     missing = [name for name in SECRET_NAMES if not stored.get(name)]
+    missing += _with_every_webhook_provider(stored)
     if missing:
-        stored.update({name: generate_secret(name) for name in missing})
+        stored.update({name: generate_secret(name) for name in missing if not stored.get(name)})
         write_env_file(
             path,
             {name: stored[name] for name in SECRET_NAMES},
@@ -240,6 +265,8 @@ def _run_env(servers: EmbeddedServers, gate: SignalGate, layout: StackLayout) ->
     for name, value in load_secrets(layout.secrets_file).items():
         if not env.get(name):
             env[name] = value
+    if not env.get(STRIPE_KEY_NAME):
+        env[STRIPE_KEY_NAME] = SANDBOX_STRIPE_KEY
     servers.start(env, guard=gate.deferred)
     write_env_file(
         layout.run_env_file,

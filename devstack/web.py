@@ -35,9 +35,17 @@ def gunicorn_argv(
     app: str, bind: str, *, workers: int | str, threads: int | str, options: Sequence[str] = ()
 ) -> list[str]:
     """gunicorn serving `app` as `make run` does (gthread workers); the crash test and the
-    lifecycle benchmark start theirs through here too, so they measure the same server."""
+    lifecycle benchmark start theirs through here too, so they measure the same server.
+
+    `--preload`: the master loads the application before it binds its socket, and its workers
+    are forked from it ready to serve. A server that was killed and started again refuses
+    connections while it loads (nginx answers 502 at once, and the client repeats the request),
+    instead of accepting them into the socket's backlog for the seconds each worker would take
+    to import the application on a busy machine. A change of code takes a restart of the
+    master, as every deploy here does; SIGHUP alone would keep the old code."""
     return [
         *_venv_tool("gunicorn"), app,
+        "--preload",
         "--worker-class", "gthread",
         "--workers", str(workers),
         "--threads", str(threads),

@@ -1,11 +1,14 @@
 /* Effect Ledger pages: keyboard shortcuts, and where focus goes after an htmx swap.
 
-   Shortcuts (the help dialog in base.html lists them, "?" opens it):
+   Shortcuts (the help dialog in base.html lists them, "?" or its header button opens it):
    - review queue: j / k move the current row (class is-current, focus on its open link),
-     o opens it, c / f / r / x open its effect with that decision's form (?decide=...);
-   - effect page: c / f / r / x open the decision marked [data-decide=confirm|fail|retry|cancel].
-   Nothing happens while the user types in a field, with Ctrl, Alt or Meta held (the browser's
-   and the screen reader's own shortcuts), or while a dialog is open.
+     o opens it, a decision's letter opens its effect with that decision's form (?decide=...);
+   - effect page: a decision's letter opens that decision (its <details id="decide-...">), and
+     decide.js puts the focus in its form where it needs input.
+   Which letter is which decision's is read from the help's [data-decide-key] entries (each kind
+   declares its own, reviews.decisions.kinds). Nothing happens while the user types in a field,
+   with Ctrl, Alt or Meta held (the browser's and the screen reader's own shortcuts; decide.js
+   handles Ctrl/Cmd+Enter in a decision's form), or while a dialog is open.
 
    After a swap that the user's click or submit caused, focus moves to what it brought: the
    decision's result (#decision-result), else an alert, else its first heading, scrolled into
@@ -14,7 +17,6 @@
 (function () {
   "use strict";
 
-  var DECISIONS = { c: "confirm", f: "fail", r: "retry", x: "cancel" };
   var ROW = "tr.queue-row";
   // The row the user chose, by its review item id, so that a row swapped in by the queue's
   // live refresh keeps being the current one.
@@ -71,14 +73,19 @@
     return true;
   }
 
+  // The decision a letter opens, from the help's list (one letter per kind), or "".
+  function decisionOf(key) {
+    var entry = document.querySelector('#shortcuts [data-decide-key="' + CSS.escape(key) + '"]');
+    return entry ? entry.getAttribute("data-action") : "";
+  }
+
+  // Opens the decision (the one already open, the suggested one, stays open) and asks
+  // decide.js to focus its form where it needs input.
   function decideHere(action) {
-    var control = document.querySelector('[data-decide="' + action + '"]');
-    if (!control) return false;
-    control.focus({ preventScroll: true });
-    // A <summary> toggles: the decision already open (the suggested one is) stays open.
-    var details = control.tagName === "SUMMARY" ? control.parentElement : null;
-    if (!details || !details.open) control.click();
-    control.scrollIntoView({ block: "nearest" });
+    var details = document.getElementById("decide-" + action);
+    if (!details || details.tagName !== "DETAILS") return false;
+    details.open = true;
+    details.dispatchEvent(new CustomEvent("ledger:decide", { bubbles: true }));
     return true;
   }
 
@@ -94,15 +101,22 @@
     var onQueue = rows().length > 0;
     if (onQueue && (key === "j" || key === "k")) return move(key === "j" ? 1 : -1);
     if (onQueue && key === "o") return go(currentRow(), "");
-    if (!DECISIONS[key]) return false;
-    if (onQueue) return currentRow() ? go(currentRow(), DECISIONS[key]) : false;
-    return decideHere(DECISIONS[key]);
+    var action = key.length === 1 ? decisionOf(key) : "";
+    if (!action) return false;
+    if (onQueue) return currentRow() ? go(currentRow(), action) : false;
+    return decideHere(action);
   }
 
   document.addEventListener("keydown", function (event) {
     if (event.defaultPrevented || event.ctrlKey || event.altKey || event.metaKey) return;
     if (typingIn(event.target) || document.querySelector("dialog[open]")) return;
     if (handle(event.key)) event.preventDefault();
+  });
+
+  // The header's "Shortcuts" button opens the same help as "?".
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("[data-show-shortcuts]") : null;
+    if (button && showHelp()) event.preventDefault();
   });
 
   // A row the user reaches with Tab or the mouse becomes the current one, so j / k go on

@@ -6,6 +6,12 @@
 // nothing until `confirm` is set: without this script it answers with a confirmation step of
 // its own, so the no-JavaScript path asks once too. htmx asks us before each request
 // (htmx:confirm); we hold the request, open the dialog, and let it go once confirmed.
+//
+// At the keyboard: a decision opened by its letter (app.js sends `ledger:decide`), or named in
+// the address (?decide=..., where the queue's letters lead), takes the focus into its form, on
+// the first field that needs input (required and empty), else on its submit button. Ctrl+Enter
+// (Cmd+Enter) anywhere in an open decision sends its form, which opens the dialog; the dialog's
+// confirm button has the focus, so Enter records, and Esc goes back to where the focus was.
 (function () {
   "use strict";
 
@@ -22,6 +28,7 @@
       proceed(); // no dialog support: the server's confirmation step asks instead
       return;
     }
+    var before = document.activeElement;
     dialog.querySelector(".decide-question").textContent = question(form);
     var confirmButton = dialog.querySelector("[data-dialog-confirm]");
     var cancelButton = dialog.querySelector("[data-dialog-cancel]");
@@ -30,7 +37,11 @@
       cancelButton.removeEventListener("click", onCancel);
       dialog.removeEventListener("close", onClose);
       if (dialog.open) dialog.close();
-      if (!confirmed) return;
+      if (!confirmed) {
+        // Back: the focus returns to the field or button it left, never to <body>.
+        if (before && before.isConnected && typeof before.focus === "function") before.focus();
+        return;
+      }
       form.elements.confirm.value = "on";
       // The dialog said who holds the item and asked to decide anyway.
       if (form.dataset.held) form.elements.over_hold.value = "on";
@@ -65,18 +76,68 @@
     }
   });
 
+  // --- the keyboard ----------------------------------------------------------------------------
+
+  function needsInput(field) {
+    if (!field.required || field.disabled) return false;
+    return field.type === "checkbox" ? !field.checked : !field.value.trim();
+  }
+
+  // Focus the open decision's first field that needs input, else its submit button.
+  function focusDecision(details) {
+    var form = details.querySelector("form.decide-form");
+    if (!form) return;
+    var fields = Array.prototype.slice.call(
+      form.querySelectorAll("input:not([type=hidden]), textarea, select")
+    ).filter(function (field) { return !field.closest("dialog"); });
+    var target = fields.filter(needsInput)[0] || form.querySelector("[data-decide-submit]");
+    if (!target) return;
+    target.focus({ preventScroll: true });
+    target.scrollIntoView({ block: "center" });
+  }
+
+  document.addEventListener("ledger:decide", function (event) {
+    var details = event.target;
+    if (details && details.matches && details.matches("details")) focusDecision(details);
+  });
+
+  // Ctrl+Enter (Cmd+Enter on a Mac) sends the decision the focus is in: its summary or its form.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) return;
+    if (event.altKey || event.shiftKey || event.defaultPrevented) return;
+    var target = event.target;
+    if (!target || !target.closest || target.closest("dialog")) return;
+    var details = target.closest('details[id^="decide-"]');
+    var form = details && details.open ? details.querySelector("form.decide-form") : null;
+    if (!form) return;
+    event.preventDefault();
+    var submit = form.querySelector("[data-decide-submit]");
+    if (typeof form.requestSubmit === "function") form.requestSubmit(submit);
+    else submit.click();
+  });
+
+  // The decision the address names (?decide=...), when nothing else came with the page load.
+  function requestedDecision() {
+    var action = new URLSearchParams(window.location.search).get("decide");
+    var details = action ? document.getElementById("decide-" + action) : null;
+    return details && details.tagName === "DETAILS" && details.open ? details : null;
+  }
+
   // The outcome of a decision that came with a page load (no htmx: a redirect after the
   // decision, or the server's confirmation step), where the operator will read it: focused
   // and scrolled into view. After an htmx swap, app.js places focus the same way.
   function focusResult(root) {
     var shown = root.querySelector("#decision-result, #decision-problem, #confirm-step");
-    if (!shown) return;
+    if (!shown) return false;
     if (!shown.hasAttribute("tabindex")) shown.setAttribute("tabindex", "-1");
     shown.focus({ preventScroll: true });
     shown.scrollIntoView({ block: "center" });
+    return true;
   }
 
   document.addEventListener("DOMContentLoaded", function () {
-    focusResult(document);
+    if (focusResult(document)) return;
+    var requested = requestedDecision();
+    if (requested) focusDecision(requested);
   });
 })();

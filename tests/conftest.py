@@ -2,8 +2,12 @@
 its own (tests/hermetic.py, loaded first with `-p`). Its fixtures are plugins grouped by domain
 (tests/fixtures/); what test modules import is in tests/helpers.py and tests/factories.py."""
 
+import pytest
+
 pytest_plugins = [
     "tests.fixtures.isolation",
+    # After a transactional test, the rows it left deleted, not every table truncated.
+    "tests.fixtures.flush",
     "tests.fixtures.effects",
     "tests.fixtures.agents",
     "tests.fixtures.people",
@@ -23,7 +27,19 @@ def pytest_addoption(parser) -> None:
     # otherwise, whatever the caller's environment says.
     group = parser.getgroup("crash matrix")
     group.addoption("--crash-matrix", choices=("suite", "full"), default="suite")
-    group.addoption("--crash-payments", type=int, default=50)
+    # Payments per corner; without it, each matrix's own suite size.
+    group.addoption("--crash-payments", type=int, default=None)
     group.addoption("--crash-kill-p", default="0.15")
     # The control: calls known by the model's call id, as before ADR 0018 (it must fail).
     group.addoption("--crash-identity", choices=("position", "call_id"), default="position")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (`make test`): whole files, tests/browser/ as one, longest first
+    (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.scheduling import LongestFirst
+
+    return LongestFirst(config, log)

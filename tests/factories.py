@@ -20,9 +20,9 @@ from django.test import Client
 from devstack.embedded import free_port
 from devstack.provision import database_url
 from devstack.web import gunicorn_argv
-from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import record_event
 from ledger.models import Effect, EffectEvent, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from tests.helpers import ROOT, events_of
 
 if TYPE_CHECKING:

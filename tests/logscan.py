@@ -17,9 +17,9 @@ from collections.abc import Iterable, Iterator
 import pytest
 from django.conf import settings
 
-from ledger.audit.redaction import holds_issued_card, scrub_cards
 from ledger.observability.jsonlog import JsonFormatter
 from ledger.observability.logcontext import ContextFilter
+from ledger.policy.redaction import holds_issued_card, scrub_cards
 
 # A whole agent key, secret part included (`elk_<prefix>` alone is its public name).
 AGENT_KEY = re.compile(r"elk_(?:[a-z]+_)?[0-9a-f]{12}_[A-Za-z0-9_-]{20,}")
@@ -83,15 +83,42 @@ def _capture_logs() -> Iterator[CapturedLogs]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    leaks = find_secrets(_captured.lines, known_secrets())
+    config = session.config
+    found = [(what, _masked(line)) for what, line in find_secrets(_captured.lines, known_secrets())]
+    if hasattr(config, "workeroutput"):
+        # A pytest-xdist worker: its verdict goes to the controller, whose exit status counts
+        # (a worker's own does not), already masked.
+        config.workeroutput["logscan"] = {"lines": len(_captured.lines), "leaks": found}
+        return
+    _scanned["lines"] += len(_captured.lines)
+    _scanned["leaks"] += found
+    _report(session, _scanned["lines"], _scanned["leaks"])
+
+
+# What the workers found (pytest-xdist's controller only), with the controller's own lines.
+_scanned: dict = {"lines": 0, "leaks": []}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist: a worker finished; its log scan comes with it."""
+    scan = getattr(node, "workeroutput", {}).get("logscan")
+    if scan is None:
+        # A worker that died before scanning cannot vouch for its lines.
+        scan = {"lines": 0, "leaks": [("an unscanned worker", str(error or node))]}
+    _scanned["lines"] += scan["lines"]
+    _scanned["leaks"] += [tuple(leak) for leak in scan["leaks"]]
+
+
+def _report(session: pytest.Session, lines: int, leaks: list[tuple[str, str]]) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if not leaks:
         if reporter is not None:
-            reporter.write_line(f"log scan: {len(_captured.lines)} log lines, no secrets found")
+            reporter.write_line(f"log scan: {lines} log lines, no secrets found")
         return
     if reporter is not None:
         reporter.write_sep("=", f"SECRETS IN {len(leaks)} LOG LINES", red=True, bold=True)
         for what, line in leaks[:50]:
             # Where, not what: the secret itself is not repeated into the run's output.
-            reporter.write_line(f"{what} in: {_masked(line)[:2000]}", red=True)
+            reporter.write_line(f"{what} in: {line[:2000]}", red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED

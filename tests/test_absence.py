@@ -1,5 +1,5 @@
-"""Proofs of absence from a lookup, tail checks and duplicates (ledger.provider.lookup_absence,
-reconcilers.reconcile, reconcilers.tailcheck, ledger.provider.duplicates).
+"""Proofs of absence from a lookup, tail checks and duplicates (ledger.rules.lookup_absence,
+reconcilers.reconcile, reconcilers.tailcheck, ledger.containment.duplicates).
 
 Providers are sandbox subprocesses over real HTTP; time passes by back-dating rows.
 """
@@ -180,7 +180,7 @@ def test_two_charges_under_one_reference_open_a_duplicate_and_halt_the_tool(alic
     assert stored(effect).status == "unknown"
     item = ReviewItem.objects.get(effect_id=effect["id"])
     assert (item.reason, item.severity) == ("duplicate", 3)
-    assert Halt.objects.filter(scope="tool", value="charge_card", lifted_at=None).exists()
+    assert Halt.objects.filter(scope="tool", value="charge_card", resumed_at=None).exists()
 
 
 # --- The tail check --------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_a_first_request_that_lands_late_is_caught_by_the_tail_check(alice, look
     assert after.status == "confirmed"
     item = ReviewItem.objects.get(effect_id=effect["id"], resolved_at=None)
     assert (item.reason, item.severity) == ("duplicate", 3)
-    assert Halt.objects.filter(scope="tool", value="charge_card", lifted_at=None).exists()
+    assert Halt.objects.filter(scope="tool", value="charge_card", resumed_at=None).exists()
     assert after.tail_check_at is None
 
 
@@ -281,8 +281,8 @@ def test_an_effect_with_an_open_duplicate_cannot_be_claimed(alice, lookup_only):
 
 
 def test_an_item_opened_again_for_a_graver_reason_is_raised_and_never_lowered(alice):
-    from ledger.containment.reviewqueue import open_review
     from ledger.models import Reason
+    from ledger.rules.reviewqueue import open_review
 
     effect = alice.intent(tool="send_email", request={"to": "x@example.com"})
     assert open_review(effect["id"], Reason.INCONCLUSIVE) is True

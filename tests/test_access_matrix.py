@@ -23,7 +23,6 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rq import Queue
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import (
     AllTeamsGrant,
     ApiKey,
@@ -40,6 +39,7 @@ from ledger.models import (
     Tool,
 )
 from ledger.policy.roles import ADMIN, grant
+from ledger.rules.reviewqueue import open_review
 from reviews.models import Identity
 from reviews.sso.people import person_of
 from tests.helpers import PASSWORD
@@ -295,7 +295,13 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "api/v1/recovery": (WRONG_METHOD, KEY_NEEDED),
     # Signed by the provider, not by a key: a body not sent as JSON is refused as such (415).
     "api/v1/webhooks/<provider>": (WRONG_METHOD, (415, 415, 415, 415, 415)),
+    # A provider's own scheme: no tool names sandbox-pay's adapter as one with callbacks.
+    "api/v1/callbacks/<provider>": (WRONG_METHOD, NOT_FOUND),
     "api/v1/health": (PUBLIC, WRONG_METHOD),
+    # The operator API opens with an operator's token only: a session is none (401).
+    "api/v1/operator/queue": (KEY_NEEDED, WRONG_METHOD),
+    "api/v1/operator/effects/<effect_id>": (KEY_NEEDED, WRONG_METHOD),
+    "api/v1/operator/effects/<effect_id>/decisions": (WRONG_METHOD, KEY_NEEDED),
     # ninja's placeholder at the API's root: nothing is there.
     "api/v1/": (NOT_FOUND, NOT_FOUND),
     "": (READERS, WRONG_METHOD),
@@ -326,6 +332,16 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     # An empty form: no reason, no confirmation.
     "halts/add": (WRONG_METHOD, (302, 403, 403, 422, 422)),
     "halts/<int:halt_id>/resume": (WRONG_METHOD, (302, 403, 403, 422, 422)),
+    # Deciding from Slack and email (reviews.remote): Slack's door is signed by Slack, never a
+    # session's, and absent while no signing secret is configured (as here); a link names
+    # nothing without its signature, behind the sign-in.
+    "slack/interactions": (WRONG_METHOD, NOT_FOUND),
+    "slack/link/<str:token>": ((302, 404, 404, 404, 404), (302, 404, 404, 404, 404)),
+    "links/<str:token>": ((302, 404, 404, 404, 404), WRONG_METHOD),
+    # A person's own operator tokens: operators and admins; an empty form makes none.
+    "tokens/": ((302, 403, 403, 200, 200), (302, 403, 403, 422, 422)),
+    # Another person's token, or none: 404 alike.
+    "tokens/<int:token_id>/revoke": (WRONG_METHOD, (302, 403, 403, 404, 404)),
     "statements/": (READERS, WRONG_METHOD),
     # An empty form: no tool, no file, no period.
     "statements/upload": (WRONG_METHOD, (302, 403, 403, 422, 422)),
@@ -421,6 +437,7 @@ def samples(alice, make_effect, olga, audrey, nemo, ada, rq_jobs) -> dict[str, S
         "halt_id": "1",
         "bulk_id": "0",
         "filter_id": "0",
+        "token_id": "0",
         "action": "confirm",
         "dataset": "effects",
         "fmt": "csv",

@@ -7,9 +7,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from ledger.containment.reviewqueue import open_review
+from ledger.containment.keys import revoke
 from ledger.models import ApiKey, Effect, EffectEvent, ReviewItem
-from ledger.policy.agentkeys import revoke
+from ledger.rules.reviewqueue import open_review
 from tests.helpers import events_of
 
 

@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from ledger.containment import outbox
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Alert, Effect
+from ledger.rules import outbox
+from ledger.rules.reviewqueue import open_review
 from reviews.alerts.due import sweep
 from reviews.alerts.sender import CALLBACK_ATTEMPTS, send_due
 from tests.receivers import Endpoint

@@ -22,13 +22,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.db import connection
 
-from ledger.containment import outbox
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Alert, ReviewItem
 from ledger.policy.toolfile import load
+from ledger.rules import outbox
+from ledger.rules.reviewqueue import open_review
 from reviews.alerts.due import sweep
 from reviews.alerts.sender import send_due
 from tests.factories import created_ago
+from tests.fixtures.effects import TOOLS
 from tests.helpers import ROOT
 
 SECRET = "alert-webhook-secret-0123456789"
@@ -101,7 +102,7 @@ def test_resolve_within_is_declared_in_the_tool_file(db, tmp_path):
     path = tmp_path / "tools.toml"
     path.write_text('[tools.pager]\npreset = "unsafe"\nresolve_within = "2h"\n')
     load(path)
-    load(ROOT / "tools.toml")
+    load(TOOLS)
 
     from ledger.models import Tool
 

@@ -16,8 +16,9 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from ledger.containment.keys import issue_key, revoke
 from ledger.models import Agent, Effect, EffectEvent
-from ledger.policy.agentkeys import issue_key, key_prefix, revoke
+from ledger.policy.agentkeys import key_prefix
 from tests.helpers import assert_error
 
 # (method, path) of every endpoint that needs a key; `{id}` is an effect id.

@@ -13,12 +13,12 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.states import Status
 from ledger.effects.transitions import transition
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem, Tool
+from ledger.models.states import Status
 from ledger.policy.toolfile import ToolFileError, load
 from ledger.restore import mode
+from ledger.rules.reviewqueue import open_review
 from reviews.alerts.escalation import escalate
 from tests.factories import signed_in
 from tests.helpers import assert_error, events_of

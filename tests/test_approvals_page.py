@@ -11,11 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import transition
 from ledger.models import Effect, Reason, RetryProposal, Tool
-from ledger.observability.metrics import summary
+from ledger.overview.summary import summary
 from ledger.policy.roles import OPERATOR, grant
+from ledger.rules.reviewqueue import open_review
 from reviews.sso.people import link
 from tests.factories import signed_in
 

@@ -15,8 +15,8 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger.audit import archive, partitions, seal
-from ledger.effects import digests
 from ledger.models.audit import ArchivedMonth
+from ledger.policy import digests
 from tests.factories import tampering
 
 AUGUST, SEPTEMBER = date(2026, 8, 1), date(2026, 9, 1)

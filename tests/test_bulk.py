@@ -10,9 +10,11 @@ import pytest
 import rq
 from django.db import connection
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.states import Kind
+from config.tasks import DISPATCHER
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.models.states import Kind
+from ledger.rules.reviewqueue import open_review
+from reconcilers.worker import LedgerWorker
 from reviews.models import BulkJob
 from reviews.queue.bulk import INLINE_LIMIT, REDRIVES, redrive_lost, run_job
 from reviews.queue.holds import hold_item
@@ -201,7 +203,7 @@ def queue():
 
 def work(queue: rq.Queue) -> None:
     """A real rq worker, in this process, until the queue is empty; no job may fail."""
-    rq.SimpleWorker([queue], connection=queue.connection).work(burst=True)
+    LedgerWorker([queue], connection=queue.connection).work(burst=True)
     assert queue.count == 0 and queue.failed_job_registry.count == 0
 
 
@@ -218,7 +220,9 @@ def test_more_than_a_hundred_items_run_as_a_job_with_a_progress_page(olga, make_
     assert response.status_code == 302 and response["Location"] == f"/queue/bulk/{job.pk}"
     waiting = client.get(response["Location"]).content.decode()
     assert "Waiting for a worker" in waiting and 'hx-trigger="every 2s"' in waiting
-    assert [j.func_name for j in queue.get_jobs()] == ["reviews.queue.bulk.run_job"]
+    assert [(j.func_name, j.args) for j in queue.get_jobs()] == [
+        (DISPATCHER, ("run-bulk-job", job.pk))
+    ]
     assert Effect.objects.get(pk=effects[0].pk).status == "planned"  # nothing ran yet
 
     work(queue)
@@ -275,7 +279,7 @@ def test_a_job_lost_from_the_queue_is_driven_again_from_its_row_and_resumes(
     _lose(job)
 
     assert redrive_lost() == {"redriven": 1, "failed": 0}
-    assert [j.args for j in queue.get_jobs()] == [(job.pk,)]
+    assert [j.args for j in queue.get_jobs()] == [("run-bulk-job", job.pk)]
     work(queue)
 
     job.refresh_from_db()

@@ -14,9 +14,10 @@ import rq
 from django.contrib.auth.models import Group
 from django.db import connection
 
-from ledger.effects.states import Kind
 from ledger.models import Effect
+from ledger.models.states import Kind
 from ledger.policy.roles import AUDITOR, OPERATOR, grant
+from reconcilers.worker import LedgerWorker
 from reviews.models import BulkJob
 from reviews.queue.bulk import INLINE_LIMIT
 from tests.factories import in_review, signed_in
@@ -45,7 +46,7 @@ def _start_job(olga, make_effect) -> tuple[BulkJob, list[Effect]]:
 
 
 def _work(queue: rq.Queue) -> None:
-    rq.SimpleWorker([queue], connection=queue.connection).work(burst=True)
+    LedgerWorker([queue], connection=queue.connection).work(burst=True)
     assert queue.count == 0 and queue.failed_job_registry.count == 0
 
 

@@ -15,10 +15,11 @@ import rq
 from django.contrib.auth.models import User
 from django.db import connection
 
-from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem, Team, Tool
-from ledger.policy.roles import ADMIN, grant
+from ledger.models.states import Kind
+from ledger.policy.roles import ADMIN, OPERATOR, grant
 from ledger.policy.teams import add_member, remove_member, scope_of
+from reconcilers.worker import LedgerWorker
 from reviews.access.counts import forget
 from reviews.decisions.decide import Ask, OutsideTeams, decide
 from reviews.models import BulkJob
@@ -67,7 +68,7 @@ def _start(person: User, items: list[ReviewItem], action: str = "cancel", **form
 
 
 def _work(queue: rq.Queue) -> None:
-    rq.SimpleWorker([queue], connection=queue.connection).work(burst=True)
+    LedgerWorker([queue], connection=queue.connection).work(burst=True)
     assert queue.count == 0 and queue.failed_job_registry.count == 0
 
 
@@ -230,6 +231,7 @@ def test_a_job_skips_items_that_came_to_wait_for_a_second_operator(olga, otto, m
     # After the job was started: olga, signed in through another account of hers (one person),
     # proposes a retry of one; otto proposes a retry of another.
     other_olga = User.objects.create_user("olga.sso")
+    grant(other_olga, OPERATOR)  # an SSO account gets its role from the claim as olga's did
     link(olga, other_olga)
     _propose_retry(emails[5], other_olga)
     _propose_retry(emails[7], otto)

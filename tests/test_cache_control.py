@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ledger.containment.reviewqueue import open_review
+from ledger.rules.reviewqueue import open_review
 from tests.factories import signed_in
 from tests.helpers import PASSWORD
 

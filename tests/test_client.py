@@ -26,9 +26,9 @@ from ledger_client import (
     guarded,
 )
 
+from ledger.containment.keys import issue_key
 from ledger.models import Agent, Tool
 from ledger.models import Effect as EffectRow
-from ledger.policy.agentkeys import issue_key
 from tests.factories import CHARGE
 from tests.helpers import expire_lease
 

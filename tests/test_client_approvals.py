@@ -12,8 +12,8 @@ import pytest
 from django.db import connection
 from ledger_client import ApprovalPending, Ledger
 
+from ledger.containment.keys import issue_key
 from ledger.models import Agent, Effect, Tool
-from ledger.policy.agentkeys import issue_key
 from reviews.decisions.decide import Ask, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import pytest
 from django.test import Client
-from ledger_client import models
+from ledger_client import models, operator
 from pydantic import BaseModel
 
 
@@ -34,6 +34,18 @@ PAIRS = [
     (models.RecoveryPlan, ["RecoveryOut"]),
     (models.Health, ["HealthOut"]),
     (models.Refusal, ["ErrorOut"]),
+    # The operator API (ledger_client.operator).
+    (operator.QueueRow, ["QueueRowOut"]),
+    (operator.QueuePage, ["QueuePageOut"]),
+    (operator.EffectSummary, ["EffectSummaryOut"]),
+    (operator.OpenItem, ["ItemOut"]),
+    (operator.PreviewLine, ["PreviewLineOut"]),
+    (operator.Preview, ["PreviewOut"]),
+    (operator.Offered, ["OfferedOut"]),
+    (operator.Suggested, ["SuggestedOut"]),
+    (operator.FourEyes, ["FourEyesOut"]),
+    (operator.OperatorItem, ["OperatorItemOut"]),
+    (operator.DecisionResult, ["DecisionOut"]),
 ]
 
 

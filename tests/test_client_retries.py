@@ -21,9 +21,9 @@ import pytest
 from ledger_client import Ledger, LedgerUnavailable
 from ledger_client.protocol import Call, Retry
 
+from ledger.containment.keys import issue_key
 from ledger.models import Agent, EffectEvent
 from ledger.models import Effect as EffectRow
-from ledger.policy.agentkeys import issue_key
 
 # The tests over HTTP; the rule and the backoff below need no database.
 live = pytest.mark.django_db(transaction=True)

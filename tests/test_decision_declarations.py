@@ -9,8 +9,8 @@ import string
 
 import pytest
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.declaration import Action, DecisionKind
 from reviews.decisions.forms import DecisionForm
 from reviews.decisions.kinds import ACTIONS, KINDS
@@ -29,7 +29,7 @@ def test_every_action_has_exactly_one_declaration_under_its_own_name():
         assert kind.action is action
 
 
-@pytest.mark.parametrize("kind", KINDS.values(), ids=str)
+@pytest.mark.parametrize("kind", KINDS.values(), ids=lambda kind: str(kind.action))
 def test_every_part_of_a_declaration_is_filled(kind):
     assert kind.label and kind.past and kind.question
     assert kind.from_statuses

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from ledger.containment.reviewqueue import open_review
 from ledger.errors import Refused, ValidationFailed
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.decide import Ask, decide
 from reviews.decisions.kinds import KINDS
 from reviews.decisions.offer import allowed_actions
@@ -360,8 +360,8 @@ def test_one_more_attempt_is_refused_once_the_lookup_found_it(make_effect, olga)
 def test_deciding_over_another_operators_hold_needs_the_askers_say_so(make_effect, olga, otto):
     effect = with_item(make_effect("unknown", attempt=1), Reason.INCONCLUSIVE)
     held_at = datetime(2026, 1, 5, 10, 2, tzinfo=UTC)
-    # The hold's start is the item's `claimed_at` column.
-    ReviewItem.objects.filter(effect=effect).update(assignee=olga, claimed_at=held_at)
+    # The hold's start is the item's `held_at` column.
+    ReviewItem.objects.filter(effect=effect).update(assignee=olga, held_at=held_at)
     fields = {"provider_ref": "ch_1", "evidence": "dashboard"}
     with pytest.raises(Refused) as refused:
         decide(effect.id, ask(effect, "confirm", **fields), user=otto)

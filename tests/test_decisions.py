@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, EffectDependency, EffectEvent, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from reconcilers.execution import execute_one
 from reviews.decisions.decide import AlreadyDecided, Ask, decide
 from tests.factories import signed_in

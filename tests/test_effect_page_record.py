@@ -12,9 +12,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import record_event
 from ledger.models import EffectEvent, Reason, Tool
+from ledger.rules.reviewqueue import open_review
 from tests.factories import add_event, signed_in, tampering
 
 RECORD = {
@@ -212,7 +212,9 @@ def test_the_comparison_and_references_add_no_query_per_event(olga, make_effect)
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:
             page_of(client, effect)
-        return len(captured)
+        # The configuration version is read again whenever this process's copy is older than
+        # half a second (`ledger.policy.configversion`): on a busy machine, at any page.
+        return len([q for q in captured if "ledger_configversion" not in q["sql"]])
 
     def late(i: int) -> None:
         record_event(

@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from reviews.alerts.escalation import escalate
 from tests.factories import created_ago
 

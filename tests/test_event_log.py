@@ -45,7 +45,7 @@ def test_the_orm_cannot_update_or_delete_an_event_either(event):
 
 
 def test_each_event_carries_a_digest_of_what_changed(event):
-    from ledger.effects import digests
+    from ledger.policy import digests
     assert event.digest == digests.content_digest(event.data)
     assert event.data["provider_ref"] == "ch_1"
     assert event.from_status == "dispatching"

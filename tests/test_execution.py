@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from config.tasks import DISPATCHER
 from ledger.models import Effect, ReviewItem
 from reconcilers.execution import execute_one, redrive_executions
 
@@ -84,5 +85,5 @@ def test_the_sweep_re_drives_refunds_whose_wake_up_was_lost(refund, rq_queue):
     assert redrive_executions() == 1
     jobs = rq_queue.get_jobs()
     assert [(job.func_name, job.args) for job in jobs] == [
-        ("reconcilers.execution.execute", (str(refund.id),))
+        (DISPATCHER, ("execute-compensation", str(refund.id)))
     ]

@@ -15,8 +15,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import AuditExport, Effect, EffectEvent, EventSeal, Reason
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.decide import Ask, decide
 from tests.factories import signed_in
 

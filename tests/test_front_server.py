@@ -26,6 +26,10 @@ from config.nginx import HEADER_TIMEOUT
 from devstack.embedded import free_port
 from devstack.stack import app_services
 from devstack.web import web_services
+from tests.fixtures.served import Served, serve
+
+# The shared stack (`web`) serves the test database, which only a test marked for it creates.
+pytestmark = pytest.mark.django_db
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMISE = 1.0  # seconds /health and an agent's call may take while others misbehave
@@ -79,16 +83,28 @@ def _raw(port: int, request: bytes, *, source: str = "127.0.0.1", timeout: float
 
 
 def _complete(answer: bytes) -> bool:
+    """Whether `answer` holds a whole response: its Content-Length read, or the last chunk of a
+    chunked one (a kept-alive connection would otherwise be read until the socket's timeout)."""
     head, _, body = answer.partition(b"\r\n\r\n")
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
             return len(body) >= int(value)
+        if (name.strip().lower(), value.strip().lower()) == (b"transfer-encoding", b"chunked"):
+            return body.endswith(b"0\r\n\r\n")
     return False
 
 
 def _json_body(answer: bytes) -> dict:
     return json.loads(answer.partition(b"\r\n\r\n")[2])
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One stack with the default settings, for the tests that only send it requests and leave
+    it as they found it (each asserts it is still healthy); the others start their own."""
+    with serve(tmp_path_factory.mktemp("web")) as served:
+        yield served
 
 
 @pytest.fixture
@@ -112,8 +128,8 @@ def test_make_run_serves_the_web_through_these_services():
     assert list(web) == ["gunicorn", "nginx"]
 
 
-def test_health_answers_within_a_second_while_64_clients_trickle_their_headers(served_web):
-    with served_web() as web, ExitStack() as hold:
+def test_health_answers_within_a_second_while_64_clients_trickle_their_headers(web):
+    with ExitStack() as hold:
         slow = []
         for _ in range(64):
             sock = hold.enter_context(socket.create_connection(("127.0.0.1", web.port), timeout=5))
@@ -230,18 +246,17 @@ def test_one_address_gets_its_share_of_requests_in_progress_and_the_rest_wait_el
     ],
 )
 def test_an_agent_body_over_the_limit_gets_413_body_too_large_on_any_spelling_of_the_path(
-    served_web, target
+    web, target
 ):
     body = b'{"run_id": "' + b"x" * (2 * 1024 * 1024) + b'"}'
     head = (
         b"POST " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Authorization: Bearer elk_x\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
     )
-    with served_web() as web:
-        answer = _raw(web.port, head + body, timeout=30)
-        assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
-        assert _json_body(answer)["error"] == "body_too_large"
-        assert web.healthy()
+    answer = _raw(web.port, head + body, timeout=30)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert _json_body(answer)["error"] == "body_too_large"
+    assert web.healthy()
 
 
 @pytest.mark.parametrize(
@@ -249,24 +264,24 @@ def test_an_agent_body_over_the_limit_gets_413_body_too_large_on_any_spelling_of
     [b"f" * 70_000, b"0" * 70_000 + b"1", b"1;" + b"x" * 70_000],
     ids=["overflowing", "zero-padded", "long-extension"],
 )
-def test_a_chunk_size_line_over_64_kib_gets_an_answer_and_no_traceback(served_web, size_line):
+def test_a_chunk_size_line_over_64_kib_gets_an_answer_and_no_traceback(web, size_line):
     request = (
         b"POST /api/v1/effects HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
         b"Content-Type: application/json\r\n\r\n" + size_line + b"\r\nx\r\n0\r\n\r\n"
     )
-    with served_web() as web:
-        answer = _raw(web.port, request)
-        assert answer[:12] in (b"HTTP/1.1 400", b"HTTP/1.1 401"), answer[:300]
-        assert b"application/json" in answer.partition(b"\r\n\r\n")[0], answer[:300]
-        time.sleep(0.3)
-        assert "Traceback" not in web.log_text()
-        assert web.healthy()
+    logged = len(web.log_text())
+    answer = _raw(web.port, request)
+    assert answer[:12] in (b"HTTP/1.1 400", b"HTTP/1.1 401"), answer[:300]
+    assert b"application/json" in answer.partition(b"\r\n\r\n")[0], answer[:300]
+    time.sleep(0.3)
+    assert "Traceback" not in web.log_text()[logged:]
+    assert web.healthy()
 
 
-def test_requests_and_bodies_pass_through_on_kept_alive_connections(served_web):
+def test_requests_and_bodies_pass_through_on_kept_alive_connections(web):
     """One keep-alive client connection, several requests: a GET, a POST with a chunked body
     (read whole, then passed on with its length) and a POST sent with Expect: 100-continue."""
-    with served_web() as web, httpx.Client(base_url=web.url, timeout=5, trust_env=False) as client:
+    with httpx.Client(base_url=web.url, timeout=5, trust_env=False) as client:
         assert client.get("/api/v1/health").json()["status"] == "ok"
         chunked = client.post("/api/v1/effects", content=iter([b'{"tool": ', b'"x"}']))
         assert chunked.status_code == 401  # through to the application, which wants a key

@@ -10,11 +10,12 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import IntegrityError, ProgrammingError, connection, transaction
 
-from ledger.containment.halts import halt, refusal_from_trigger
-from ledger.effects.states import Kind
+from ledger.containment.halts import halt
 from ledger.models import Agent, Effect, Halt, Team
+from ledger.models.states import Kind
 from ledger.policy.roles import ADMIN, OPERATOR, grant
 from ledger.policy.teams import add_member
+from ledger.rules.halts import refusal_from_trigger
 from reviews.access.counts import forget
 from tests.factories import signed_in
 from tests.helpers import assert_error
@@ -131,7 +132,7 @@ def test_a_teams_halt_and_an_admins_of_one_run_are_two(teams, olga, ada, alice, 
     assert "Already halted; nothing changed" in again.content.decode()
     assert signed_in(ada).post("/halts/add", HALT).status_code == 302
     assert sorted(
-        Halt.objects.filter(scope="run", lifted_at__isnull=True).values_list("teams", flat=True),
+        Halt.objects.filter(scope="run", resumed_at__isnull=True).values_list("teams", flat=True),
         key=str,
     ) == [None, [teams["alpha"].pk]]
     refused(bob, bob.intent(run_id=RUN))
@@ -158,5 +159,5 @@ def test_the_page_and_the_decision_show_the_halts_teams(teams, olga, oscar, alic
     resume = {"reason": "fixed", "confirm": "on"}
     assert oscars.post(f"/halts/{made.pk}/resume", resume).status_code == 404
     assert olgas.post(f"/halts/{made.pk}/resume", resume).status_code == 302
-    lifted = Effect.objects.get(kind=Kind.DECISION, provenance__action="resume")
-    assert lifted.provenance["team_names"] == ["Alpha"]
+    resumed = Effect.objects.get(kind=Kind.DECISION, provenance__action="resume")
+    assert resumed.provenance["team_names"] == ["Alpha"]

@@ -1,4 +1,4 @@
-"""Halts, the kill switch: claims refused with 409 `halted` (also in PostgreSQL, for processes
+"""Halts: claims refused with 409 `halted` (also in PostgreSQL, for processes
 that know nothing of halts), work in flight still reporting back, recovery waiting, the
 ledger's own sends, the commit order against concurrent claims, the shell, the pages, and the
 decisions recorded under the reserved system agent."""
@@ -14,12 +14,14 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, ProgrammingError, connection, connections, transaction
 from ledger_client import Halted, Ledger
 
-from ledger.containment.halts import HALT_LOCK, halt, refusal_from_trigger, resume
-from ledger.effects.states import Kind
+from ledger.containment.halts import halt, resume, system_agent
+from ledger.containment.keys import ReservedAgent, issue_key
 from ledger.effects.transitions import claim, trigger_refusal
 from ledger.errors import Halted as HaltedError
-from ledger.models import Agent, Alert, ApiKey, Effect, EffectEvent, Halt
-from ledger.policy.agentkeys import SYSTEM_AGENT, ReservedAgent, issue_key
+from ledger.models import Alert, ApiKey, Effect, EffectEvent, Halt
+from ledger.models.states import Kind
+from ledger.policy.agentkeys import SYSTEM_AGENT
+from ledger.rules.halts import HALT_LOCK, refusal_from_trigger
 from reconcilers.execution import execute_one, redrive_executions
 from tests.factories import signed_in
 from tests.helpers import assert_error
@@ -128,7 +130,7 @@ def test_halting_everything_and_resuming(alice):
     assert resume(everything.pk, reason="fixed", by="otto").changed
 
     assert alice.claim(effect["id"])["status"] == "dispatching"
-    assert Halt.objects.get(pk=everything.pk).lifted_by == "otto"
+    assert Halt.objects.get(pk=everything.pk).resumed_by == "otto"
 
 
 def test_halting_twice_changes_nothing_and_resuming_twice_records_once(alice):
@@ -292,7 +294,9 @@ def _lock_waiters() -> int:
     with connections["default"].cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-            "AND objid = %s",
+            "AND objid = %s "
+            # Advisory locks are per database: another test database's waiters are not ours.
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             [HALT_LOCK & 0xFFFFFFFF],
         )
         return cursor.fetchone()[0]
@@ -374,7 +378,8 @@ def test_each_halt_and_resume_is_a_decision_of_the_system_agent(alice):
 
 
 def test_no_key_can_be_issued_for_the_system_agent(db):
-    system = Agent.objects.get(name=SYSTEM_AGENT)  # created by migration 0008
+    # Migration 0008 creates it; a transactional test on the same worker may have flushed it.
+    system = system_agent()
 
     with pytest.raises(ReservedAgent):
         issue_key(system)
@@ -424,7 +429,7 @@ def test_the_halt_and_resume_commands(alice):
 
     said = run("halt", "--tool", "charge_card", "--reason", "dupes")
     assert "Halted" in said
-    made = Halt.objects.get(lifted_at__isnull=True)
+    made = Halt.objects.get(resumed_at__isnull=True)
     assert made.halted_by.startswith("shell:")
     assert "Already halted" in run("halt", "--tool", "charge_card", "--reason", "dupes")
     assert_error(alice.post(f"/effects/{effect['id']}/claim", {"owner": "w"}), 409, "halted")

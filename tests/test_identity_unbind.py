@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from ledger.effects.states import Kind
 from ledger.errors import ValidationFailed
 from ledger.models import Effect
+from ledger.models.states import Kind
 from reviews.models import Identity
 from reviews.sso import people
 

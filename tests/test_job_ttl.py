@@ -6,24 +6,23 @@ from __future__ import annotations
 import rq
 
 from reconcilers.jobqueue import FAILURE_TTL, enqueue
+from reconcilers.worker import LedgerWorker
 
 
-def _enqueued(queue: rq.Queue, job: str, calls: list[tuple], capture) -> list[str]:
+def _enqueued(queue: rq.Queue, task: str, calls: list[tuple], capture) -> list[str]:
     """Enqueue as the ledger does; django-rq pushes the jobs when the transaction commits."""
     before = set(queue.job_ids)
     with capture(execute=True):
-        assert enqueue(job, calls)
+        assert enqueue(task, calls)
     return [job_id for job_id in queue.job_ids if job_id not in before]
 
 
 def test_a_finished_job_leaves_nothing_in_redis(db, rq_queue, django_capture_on_commit_callbacks):
-    (job_id,) = _enqueued(
-        rq_queue, "reconcilers.jobs.check_effects", [([],)], django_capture_on_commit_callbacks
-    )
+    (job_id,) = _enqueued(rq_queue, "check-effects", [([],)], django_capture_on_commit_callbacks)
     key = rq.job.Job.key_for(job_id)
     assert rq_queue.connection.exists(key)
 
-    rq.SimpleWorker([rq_queue], connection=rq_queue.connection).work(burst=True)
+    LedgerWorker([rq_queue], connection=rq_queue.connection).work(burst=True)
 
     assert not rq_queue.connection.exists(key)
     assert job_id not in rq_queue.finished_job_registry.get_job_ids()
@@ -34,11 +33,9 @@ def test_a_failed_job_is_kept_a_day_for_a_person_to_read(
     db, rq_queue, django_capture_on_commit_callbacks
 ):
     calls = [("not", "arguments")]
-    (job_id,) = _enqueued(
-        rq_queue, "reconcilers.jobs.check_effects", calls, django_capture_on_commit_callbacks
-    )
+    (job_id,) = _enqueued(rq_queue, "check-effects", calls, django_capture_on_commit_callbacks)
 
-    rq.SimpleWorker([rq_queue], connection=rq_queue.connection).work(burst=True)
+    LedgerWorker([rq_queue], connection=rq_queue.connection).work(burst=True)
 
     registry = rq_queue.failed_job_registry
     try:

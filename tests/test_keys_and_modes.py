@@ -20,12 +20,12 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from ledger.api.webhooks import sign
-from ledger.containment.reviewqueue import open_review
-from ledger.effects import digests
+from ledger.containment.keys import issue_key
 from ledger.models import Agent, ApiKey, ConfigVersion, Effect, Reason, Run
-from ledger.policy import configversion, keyuse
-from ledger.policy.agentkeys import agent_for_key, issue_key, key_prefix
+from ledger.policy import configversion, digests, keyuse
+from ledger.policy.agentkeys import agent_for_key, key_prefix
 from ledger.policy.toolfile import ToolFileError, load
+from ledger.rules.reviewqueue import open_review
 from tests.factories import signed_in
 from tests.helpers import ROOT, AgentClient, assert_error
 

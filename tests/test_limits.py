@@ -14,10 +14,10 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from ledger.containment.limits import to_minor
-from ledger.effects.states import Status
 from ledger.effects.transitions import transition
 from ledger.models import Agent, Alert, AmountCharge, Effect, LimitCounter, Tool
+from ledger.models.states import Status
+from ledger.policy.money import to_minor
 from ledger.policy.toolfile import ToolFileError, load
 from reconcilers.reconcile import process_one
 from tests.factories import SETTLED, stored

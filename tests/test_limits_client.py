@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from ledger_client import Ledger, LedgerRequestError, LimitExceeded
 
+from ledger.containment.keys import issue_key
 from ledger.models import Agent, Tool
-from ledger.policy.agentkeys import issue_key
 from tests.factories import CHARGE
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from django.db import connection, transaction
 
-from ledger.containment.limits import LimitExceeded
+from ledger.containment.keys import issue_key
 from ledger.effects.intents import Intent, record_intent
 from ledger.effects.transitions import claim
 from ledger.models import Agent, AmountCharge, LimitCounter, Tool
-from ledger.policy.agentkeys import issue_key
 from ledger.policy.tools import policy_for
+from ledger.rules.limits import LimitExceeded
 from tests.factories import gunicorn_on_test_database
 
 ROOT = Path(__file__).resolve().parent.parent

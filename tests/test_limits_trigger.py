@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from ledger.containment.limits import EXPONENTS, refusal_from_trigger, to_minor
-from ledger.effects.states import Status
 from ledger.models import AmountCharge, Effect, LimitCounter, Tool
+from ledger.models.states import Status
+from ledger.policy.money import EXPONENTS, to_minor
+from ledger.rules.limits import refusal_from_trigger
 from tests.factories import stored
 from tests.test_limits import PATHS, charge
 

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.decide import Ask, decide
 from reviews.queue.holds import hold_item, release_item
 from reviews.queue.notes import add_note

@@ -1,5 +1,6 @@
 """LEDGER_MAX_LEASE_SECONDS: the agent API's bound on lease_seconds, and so how far restore mode
-reaches back before the loss and forward from its start (`ledger.restore.state.longest_lease`)."""
+reaches back before the loss and forward from its start
+(`ledger.rules.restore_state.longest_lease`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from config.env import env_int
 from ledger.models import Effect, RestoreWindow, StatementImport
 from ledger.models.statements import Origin
 from ledger.restore import gap, mode
-from ledger.restore.state import longest_lease
+from ledger.rules.restore_state import longest_lease
 from reconcilers import gapsweep
 from tests.helpers import assert_error
 

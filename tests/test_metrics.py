@@ -13,11 +13,11 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.states import Status
 from ledger.effects.transitions import transition
 from ledger.models import Alert, Effect, Reason
-from ledger.observability.metrics import summary
+from ledger.models.states import Status
+from ledger.overview.summary import summary
+from ledger.rules.reviewqueue import open_review
 from reconcilers.reconcile import process_one
 
 TOKEN = "metrics-token-for-tests-0123456789"
@@ -208,7 +208,7 @@ def test_active_halts_by_scope(db, scrape):
     halt = apps.get_model("ledger", "Halt")
     for scope, name in (("tool", "charge_card"), ("tool", "send_email"), ("agent", "alice")):
         halt.objects.create(scope=scope, value=name, reason="test", halted_by="olga")
-    halt.objects.create(scope="all", reason="test", halted_by="olga", lifted_at=timezone.now())
+    halt.objects.create(scope="all", reason="test", halted_by="olga", resumed_at=timezone.now())
 
     samples = scrape()
 

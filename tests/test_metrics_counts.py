@@ -9,9 +9,9 @@ import re
 from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.effects.states import Status
 from ledger.effects.transitions import transition
 from ledger.models import Effect, EffectCount, EffectCountDelta
+from ledger.models.states import Status
 from ledger.observability import effectcounts
 from tests.helpers import expire_lease
 from tests.test_metrics import scrape, value  # noqa: F401 (the fixture)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from ledger.observability.metrics import summary
-from ledger.observability.summary import UNDECLARED
+from ledger.observability.metrics import UNDECLARED
+from ledger.overview.summary import summary
 from reconcilers.reconcile import process_one
 
 TOKEN = "metrics-token-for-tests-0123456789"

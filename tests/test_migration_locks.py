@@ -20,11 +20,13 @@ statements then commit, because the later statements of a migration build on the
 ones (a column, then its backfill). CREATE and DROP INDEX CONCURRENTLY cannot run in a
 transaction block; they take SHARE UPDATE EXCLUSIVE by definition and are accepted by rule.
 
-Since the test migrates back to just before each migration, migrations from `FIRST` on must be
-reversible (a RunPython needs a reverse; `RunPython.noop` will do). Not seen: row locks taken
-without a write (SELECT … FOR UPDATE), and locks of processes a migration starts. The
-negative cases at the end build bad migrations in the test itself and check that each one is
-reported, naming the statement and the lock.
+The migrations are checked in order, on one walk up the history (`walk`): the first check
+migrates the database back to just before `FIRST`, and each check applies its migration where
+the check before it left the database, which is just before it. Since the test migrates back,
+migrations from `FIRST` on must be reversible (a RunPython needs a reverse; `RunPython.noop`
+will do). Not seen: row locks taken without a write (SELECT … FOR UPDATE), and locks of
+processes a migration starts. The negative cases at the end build bad migrations in the test
+itself and check that each one is reported, naming the statement and the lock.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.state import ProjectState
 
 from ledger.models import Effect, EffectEvent
+from tests.fixtures.flush import emptier
 
 FIRST = 15  # the first migration of the issue that introduced this guarantee
 WATCHED = (Effect._meta.db_table, EffectEvent._meta.db_table)
@@ -249,13 +252,33 @@ def seed(state: ProjectState) -> None:
     )
 
 
+def _to_the_end() -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.fixture(scope="module")
+def walk(django_db_blocker) -> Iterator[None]:
+    """One walk up the history for the whole module, instead of a return to its end after
+    every check and a walk back for the next (each walk back renders every migration's state).
+    The test database is migrated to the end when the module is done (pass or fail), then
+    emptied as after any transactional test, for the modules that follow."""
+    yield
+    with django_db_blocker.unblock():
+        _to_the_end()
+        emptier().full()
+
+
 @pytest.fixture
-def executor() -> Iterator[MigrationExecutor]:
-    """A migration executor on the test database, which is migrated to the end again after
-    the test (pass or fail) for the tests that follow."""
-    yield MigrationExecutor(connection)
-    fresh = MigrationExecutor(connection)
-    fresh.migrate(fresh.loader.graph.leaf_nodes())
+def executor(walk) -> MigrationExecutor:
+    """A migration executor on the test database, wherever the walk has left it."""
+    return MigrationExecutor(connection)
+
+
+@pytest.fixture
+def at_the_end(walk) -> None:
+    """The test database migrated to the end (a no-op unless the walk moved it)."""
+    _to_the_end()
 
 
 # --- The migrations of the issue and after ---------------------------------------------------
@@ -366,7 +389,7 @@ BAD = {
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("case", BAD)
-def test_a_migration_that_locks_too_much_is_reported(case):
+def test_a_migration_that_locks_too_much_is_reported(at_the_end, case):
     make_operation, expected = BAD[case]
     executor = MigrationExecutor(connection)
     bad = migrations.Migration("9999_locks_too_much", "ledger")

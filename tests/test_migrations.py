@@ -11,9 +11,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects import digests
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.policy import digests
+from ledger.rules.reviewqueue import open_review
 
 BEFORE_THE_MOVE = [
     ("ledger", "0004_audit_chain_exports_decisions"),

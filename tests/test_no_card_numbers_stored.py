@@ -4,7 +4,7 @@ Each test runs a payment flow through the API with card numbers in the request, 
 provenance, outcome, reason and callback fields where payment data ends up, then reads back
 every row of every table in the database as JSON text and looks for any Luhn-valid run of
 13–19 digits. The scanner is written here, independently of
-`ledger.audit.redaction`, and is itself tested on a table we fill by hand.
+`ledger.policy.redaction`, and is itself tested on a table we fill by hand.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import pytest
 from django.db import DatabaseError, transaction
 from django.test import Client
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.decide import AlreadyDecided, Ask, decide
 from reviews.models import ReviewNote
 from reviews.queue.notes import MAX_NOTE, keep_lost_decision

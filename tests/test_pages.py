@@ -11,11 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import record_event
 from ledger.models import Effect, EffectDependency, Reason, ReviewItem
-from ledger.observability.metrics import summary
+from ledger.overview.summary import summary
 from ledger.policy import configversion
+from ledger.rules.reviewqueue import open_review
 from reviews.queue import pages as review_queue
 from tests.factories import signed_in
 

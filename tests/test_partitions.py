@@ -21,8 +21,8 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.db.utils import DatabaseError
 
 from ledger.audit import partitions, seal
-from ledger.effects import digests
 from ledger.models import EffectEvent
+from ledger.policy import digests
 from tests.factories import tampering
 from tests.helpers import ROOT
 

@@ -10,8 +10,8 @@ import pytest
 from django.template.loader import render_to_string
 from django.test import Client
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, EffectDependency, Reason
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.kinds import ACTIONS
 from reviews.decisions.preview import AGENT, LEDGER, NOBODY, PERSON, Preview, preview_for
 from tests.factories import add_event, signed_in

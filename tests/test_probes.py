@@ -19,9 +19,9 @@ from django.test import Client
 
 from ledger.api.webhooks import sign
 from ledger.audit.exports import ExportFilter, _FormulaGuard, begin
-from ledger.audit.redaction import scrub_cards
-from ledger.containment.reviewqueue import open_review
 from ledger.models import AuditExport, Effect, EffectDependency, EffectEvent, Reason, ReviewItem
+from ledger.policy.redaction import scrub_cards
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.decide import Ask, decide
 from reviews.decisions.declaration import Action
 

@@ -28,9 +28,9 @@ from django.test.utils import CaptureQueriesContext
 from devstack.embedded import free_port
 from devstack.provision import database_url
 from devstack.web import gunicorn_argv
+from ledger.containment.keys import issue_key
 from ledger.models import Agent
 from ledger.policy import agentkeys, configversion
-from ledger.policy.agentkeys import issue_key
 
 ROOT = Path(__file__).resolve().parent.parent
 WITHIN = 1.0  # seconds: the promise
@@ -341,4 +341,4 @@ def test_a_key_kept_in_memory_is_refused_once_its_expiry_passes_and_forgotten(al
     assert not any(_tables(served)), "the key came from memory"
     time.sleep(max(0.0, read + 0.6 - time.monotonic()))
     assert alice.get("/effects").status_code == 401
-    assert agentkeys._known.get(agentkeys._digest(alice.key), configversion.current()) is None
+    assert agentkeys._known.get(agentkeys.key_digest(alice.key), configversion.current()) is None

@@ -67,7 +67,7 @@ def test_a_row_links_the_suggested_decision_pre_filled(olga, make_effect):
         f'<tr id="item-{item.pk}" class="queue-row" data-effect="{effect.id}" '
         f'data-item="{item.pk}">' in html
     )
-    assert f'<a data-open href="/effects/{effect.id}/">' in row
+    assert f'<a data-open href="/effects/{effect.id}/" aria-keyshortcuts="o">' in row
     assert f'data-suggest="confirm" href="/effects/{effect.id}/?decide=confirm"' in row
     assert "ch_found_1" in row
     assert '<tbody id="rows"' in html and 'href="#rows">Skip to rows</a>' in html

@@ -15,10 +15,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.effects.states import Status
 from ledger.effects.transitions import Move, transition, transition_many
 from ledger.errors import InvalidTransition
 from ledger.models import AmountCharge, Effect, EffectEvent, Tool
+from ledger.models.states import Status
 from ledger.observability.metrics import declared_tools
 from ledger.policy import agentkeys, configversion
 from reconcilers.reconcile import ACTOR, check, process_many, take

@@ -14,11 +14,14 @@ import rq
 from django.conf import settings as django_settings
 from django.db import connection, transaction
 
+from config.tasks import DISPATCHER
 from ledger.effects.wakeups import wake
 from ledger.models import Effect, EffectEvent
+from reconcilers.jobqueue import enqueue
 from reconcilers.jobs import check_effects
 from reconcilers.reconcile import process_next
 from reconcilers.schedules import SCHEDULES, ensure_schedules, queue_expired_leases, sweep
+from reconcilers.worker import LedgerWorker
 from tests.factories import SETTLED, charge_at, checks_of, reviews_of, stored
 from tests.helpers import expire_lease
 
@@ -47,7 +50,7 @@ def redis(settings, rq_queue) -> RedisSwitch:
 
 def work(queue: rq.Queue) -> None:
     """A real rq worker, in this process, until the queue is empty; no job may fail."""
-    rq.SimpleWorker([queue], connection=queue.connection).work(burst=True)
+    LedgerWorker([queue], connection=queue.connection).work(burst=True)
     assert queue.count == 0
     assert queue.failed_job_registry.count == 0
 
@@ -76,7 +79,7 @@ def test_an_unknown_outcome_wakes_a_worker_that_confirms_the_effect(alice, provi
     alice.outcome(effect["id"], effect["lease_token"], "unknown")
 
     [job] = rq_queue.get_jobs()
-    assert (job.func_name, job.args) == ("reconcilers.jobs.check_effects", ([effect["id"]],))
+    assert (job.func_name, job.args) == (DISPATCHER, ("check-effects", [effect["id"]]))
 
     work(rq_queue)
 
@@ -119,7 +122,7 @@ def test_a_drain_job_checks_the_most_overdue_effects_up_to_its_limit(alice, prov
         charge_at(provider, effect)
         lease_ran_out_ago(effect["id"], age)
     queue_expired_leases()
-    rq_queue.enqueue("reconcilers.jobs.drain", 2)
+    assert enqueue("drain-checks", [(2,)])
 
     work(rq_queue)
 
@@ -326,26 +329,33 @@ def test_an_effect_marked_by_the_sweep_is_the_next_one_checked(alice, provider):
 def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it_runs(db):
     from django_q.models import Schedule
 
-    Schedule.objects.create(name="retired-sweep", func="reconcilers.retired.sweep", minutes=5)
-    Schedule.objects.create(name="someone-elses", func="billing.tasks.invoice", minutes=5)
-    # Stored by a release before the ledger's subpackages: rewritten to the new path by name.
-    Schedule.objects.update_or_create(
-        name="seal-events", defaults={"func": "ledger.seal.seal_all", "minutes": 1}
-    )
-
-    ensure_schedules()
-    ensure_schedules()
-
-    ours = Schedule.objects.filter(
-        func__regex=(
-            r"^(reconcilers|reviews|"
-            r"ledger\.(audit|containment|restore|observability|seal|retention))\."
-        )
-    )
-    assert {s.name: (s.func, s.schedule_type, s.minutes, s.repeats) for s in ours} == {
-        name: (spec["func"], Schedule.MINUTES, spec["minutes"], -1)
-        for name, spec in SCHEDULES.items()
+    # Rows that releases before named tasks stored: each named its function's dotted path, old
+    # module paths among them (`ledger.seal`, `reviews.escalation`, …). Each is rewritten by its
+    # name, whatever function it named and whatever period it had.
+    old_form = {
+        "seal-events": "ledger.seal.seal_all",
+        "retention": "ledger.retention.redact_expired",
+        "escalation": "reviews.escalation.escalate",
+        "bulk-jobs": "reviews.bulk.redrive_lost",
+        "review-alerts": "reviews.alerts.sweep",
+        "export-chain-head": "ledger.audit.seal.export_head",
     }
+    for name, func in old_form.items():
+        Schedule.objects.update_or_create(name=name, defaults={"func": func, "minutes": 7})
+    # A task this release no longer schedules, and a schedule someone else added.
+    Schedule.objects.create(name="retired-sweep", func=DISPATCHER, args="'retired-sweep'")
+    Schedule.objects.create(name="someone-elses", func="billing.tasks.invoice", minutes=5)
+
+    ensure_schedules()
+    ensure_schedules()
+
+    rows = Schedule.objects.exclude(name="someone-elses")
+    assert sorted(
+        (s.name, s.func, s.args, s.schedule_type, s.minutes, s.repeats) for s in rows
+    ) == sorted(
+        (name, DISPATCHER, repr(name), Schedule.MINUTES, minutes, -1)
+        for name, minutes in SCHEDULES.items()
+    )
     assert set(SCHEDULES) == {
         "reconciliation-sweep",
         "repeated-requests",
@@ -363,7 +373,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
         "restore-witness",
         "restore-gap-sweep",
     }
-    assert Schedule.objects.filter(name="someone-elses").exists()
+    assert Schedule.objects.get(name="someone-elses").func == "billing.tasks.invoice"
     # A cluster that was down does not replay every missed sweep, and a task is killed
     # before django-q2 would hand it to a second worker.
     assert django_settings.Q_CLUSTER["catch_up"] is False

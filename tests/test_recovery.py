@@ -131,7 +131,7 @@ def test_recovery_filters_by_owner_and_counts_unfinished_effects_by_status(alice
 
 
 def test_an_effect_with_an_open_review_item_is_left_to_the_person(alice):
-    from ledger.containment.reviewqueue import open_review
+    from ledger.rules.reviewqueue import open_review
 
     effect = _expired(alice, "lookup", "create_ticket")  # would otherwise be reconciled
     open_review(effect["id"], "reconciliation_inconclusive")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from ledger.audit.redaction import Redactor, scrub_cards
 from ledger.models import Effect
+from ledger.policy.redaction import Redactor, scrub_cards
 
 VISA = "4111111111111111"
 MASTERCARD = "5555555555554444"
@@ -372,7 +372,7 @@ def test_amounts_equal_as_binary_floats_are_still_different_requests(alice):
 
 
 def test_a_digit_run_glued_to_letters_in_an_identifier_is_not_a_card():
-    from ledger.audit.redaction import scrub_cards
+    from ledger.policy.redaction import scrub_cards
 
     # A provider's hex charge id can hold a Luhn-valid run of 16 digits.
     assert scrub_cards("ch_ab4111111111111111cd") == "ch_ab4111111111111111cd"

@@ -69,7 +69,7 @@ def test_the_idempotency_key_is_stable_and_carries_no_payload(alice):
     effect = alice.intent(request={"amount": "99.00", "secret_note": "xyz"})
     assert effect["idempotency_key"].startswith("el_")
     assert "99" not in effect["idempotency_key"]
-    from ledger.effects import digests
+    from ledger.policy import digests
     assert effect["idempotency_key"] == digests.idempotency_key(alice.agent.id, "run-1:step-1")
 
 

@@ -21,11 +21,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from ledger.audit import witness
 from ledger.audit.seal import seal_all
-from ledger.containment import halts
+from ledger.containment import halts, keys
 from ledger.models import ApiKey, RestoreSource
-from ledger.policy import agentkeys
-from ledger.restore import incarnation, mode, witness
+from ledger.restore import incarnation, mode
 from tests.test_limits import charge, limit_tool, refused
 from tests.test_restore_mode import later
 
@@ -86,7 +86,7 @@ def test_a_halt_a_resume_and_a_revocation_write_the_witness_as_they_commit(witne
     assert [(h["scope"], h["value"]) for h in written["halts"]] == [("tool", "send_email")]
 
     prefix = ApiKey.objects.filter(agent=alice.agent).values_list("prefix", flat=True).first()
-    assert agentkeys.revoke(prefix)
+    assert keys.revoke(prefix)
     assert json.loads(witness_file.read_text())["revoked_keys"] == [prefix]
 
     halts.resume(switched.halt.pk, reason="over", by="shell:t")

@@ -23,7 +23,8 @@ from ledger.models import (
 from ledger.models.statements import Origin
 from ledger.restore import gap, mode
 from reconcilers import gapsweep
-from reconcilers.registry import adapter_for
+from reconcilers.providers import adapter_for
+from reconcilers.providers.outcomes import ListingBroken
 from tests.factories import charge
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,15 +63,14 @@ def test_the_payments_adapter_lists_a_window_page_by_page(provider, tools):
         timezone.now() - timedelta(minutes=1), timezone.now() + timedelta(seconds=2)
     )
     assert listing.complete, listing.detail
-    assert len(listing.records) == 130  # two pages of charges, none of refunds
-    assert {r.reference for r in listing.records} == {f"key-{n}" for n in range(130)}
-    assert {(r.amount_minor, r.currency, r.type) for r in listing.records} == {
-        (1200, "EUR", "charge")
-    }
+    records = list(listing.records)  # streamed: the pages are fetched as it is read
+    assert len(records) == 130  # two pages of charges, none of refunds
+    assert {r.reference for r in records} == {f"key-{n}" for n in range(130)}
+    assert {(r.amount_minor, r.currency, r.type) for r in records} == {(1200, "EUR", "charge")}
     later = adapter_for(tools["charge_card"]).list_window(
         timezone.now() + timedelta(minutes=1), timezone.now() + timedelta(minutes=2)
     )
-    assert later.complete and later.records == ()
+    assert later.complete and list(later.records) == []
 
 
 def test_every_record_of_the_window_is_matched_or_raised_as_an_incident(provider, tools, alice):
@@ -191,3 +191,32 @@ def test_an_incident_closes_by_itself_once_an_effect_posted_again_names_its_reco
     assert str(effect.pk) in incident.note and incident.acknowledged_by is None
     assert Effect.objects.get(pk=incident.decision_id).provenance["actor"] == "system:restore"
     assert "incidents closed" not in gapsweep.run()
+
+
+def test_a_listing_streamed_page_by_page_that_breaks_half_way_leaves_nothing(
+    provider, tools, monkeypatch
+):
+    for n in range(250):  # three pages of charges
+        assert charge(provider, f"lost-{n}", BODY).status_code == 201
+    _begin()
+    _past_reach()
+    window, tool = mode.current(), Tool.objects.get(name="charge_card")
+    start, end = gap.statement_bounds(window, tool)
+    listing = adapter_for(tool).list_window(start, end)
+    monkeypatch.setattr(gap, "CHUNK", 50)  # batches stored before the listing breaks
+
+    def read_then_break():
+        for n, record in enumerate(listing.records):
+            if n == 150:  # the second page is in; the third will be refused
+                provider.set_faults(fail5xx=500, methods=("GET",))
+            yield record
+
+    with pytest.raises(ListingBroken, match="charges: the provider answered 500"):
+        gap.account_for(window, tool, start, end, read_then_break())
+
+    assert not StatementImport.objects.filter(origin=Origin.SWEEP).exists()
+    assert not StatementLine.objects.exists() and not Incident.objects.exists()
+    assert "charge_card" not in mode.current().applied.get("swept", {})
+    provider.clear_faults()
+    assert gapsweep.run()["charge_card"] == {"records": 250, "matched": 0, "incidents": 250}
+    assert StatementLine.objects.count() == 250 == Incident.objects.count()

@@ -19,8 +19,9 @@ from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.utils import timezone
 
+from ledger.audit import witness
 from ledger.audit.seal import seal_all
-from ledger.effects.states import Status, is_allowed
+from ledger.containment.keys import issue_key
 from ledger.models import (
     Alert,
     AlertKind,
@@ -32,9 +33,9 @@ from ledger.models import (
     RestoreWindow,
     ReviewItem,
 )
-from ledger.observability.metrics import summary
-from ledger.policy.agentkeys import issue_key
-from ledger.restore import gap, mode, witness
+from ledger.models.states import Status, is_allowed
+from ledger.overview.summary import summary
+from ledger.restore import gap, mode
 from tests.factories import signed_in
 from tests.helpers import assert_error
 
@@ -147,7 +148,7 @@ def test_a_database_behind_its_witness_enters_restore_mode(witness_file, make_ef
         effect.refresh_from_db()
         assert effect.status == status
     assert window.applied["in_doubt"] == 4
-    halt = Halt.objects.get(scope="tool", value="charge_card", lifted_at__isnull=True)
+    halt = Halt.objects.get(scope="tool", value="charge_card", resumed_at__isnull=True)
     assert halt.halted_by == "system:restore" and "olga" in halt.reason
     assert ApiKey.objects.get(prefix=prefix).revoked_at is not None
     for name, value in witness.sequences().items():

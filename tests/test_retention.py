@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from ledger.audit import seal
 from ledger.audit.retention import REDACTED, redact_expired
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.events import record_event
 from ledger.models import Effect, EffectEvent, EventKind, Reason, Tool
+from ledger.rules.events import record_event
+from ledger.rules.reviewqueue import open_review
 from tests.factories import signed_in, tampering
 
 MARKER = '{"redacted": true}'

@@ -13,9 +13,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects import digests
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.policy import digests
+from ledger.rules.reviewqueue import open_review
 from reviews.alerts.escalation import escalate
 
 BEFORE_THE_COPIES = [("ledger", "0015_event_created_at_index")]

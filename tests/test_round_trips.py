@@ -8,6 +8,19 @@ it does under gunicorn, so no test transaction hides a BEGIN or turns one into a
 The budget (ledger.effects.hotpath): intent with its claim, one write; outcome, one read and one
 write. Authentication reads the key at most every `agentkeys.RECHECK_SECONDS` per process:
 a call that finds its process's copy stale pays that one read on top, and is counted apart.
+
+Which of the two a counted call meets is chosen by each test, not by the clock: the windows
+are widened for the whole module (`steady`), so a call traced after its warm-up finds the key
+and the configuration version fresh however slowly this machine runs, and the stale case
+expires the process's copy itself (`configversion.expire()`).
+
+What the connection brings into the window is fixed the same way (`own_connection`): each test
+opens a connection of its own before its warm-up and keeps it to the end, whatever its age.
+A connection kept from the worker's earlier tests would bring their state: a maximum age
+(`CONN_MAX_AGE`) that closes it at some request's start, so that its replacement prepares the
+warm statements again, one of them inside the window (a round trip of its own); an error, for
+which Django checks the connection at the next request's start (`SELECT 1`); or psycopg's
+hundred prepared statements, one of which it deallocates when the window prepares one more.
 """
 
 from __future__ import annotations
@@ -23,9 +36,29 @@ from django.db import connection
 from psycopg import pq
 
 from ledger.models import Effect, EffectEvent, Tool
-from ledger.policy import configversion
+from ledger.policy import agentkeys, configversion, keyuse
 
-pytestmark = pytest.mark.usefixtures("transactional_db")
+pytestmark = pytest.mark.usefixtures("transactional_db", "steady", "own_connection")
+
+
+@pytest.fixture
+def steady(monkeypatch) -> None:
+    """A process under load: every request within the key's recheck window and the version's
+    staleness bound, however long the warm-up or the tracing takes here."""
+    monkeypatch.setattr(agentkeys, "RECHECK_SECONDS", 600.0)
+    monkeypatch.setattr(configversion, "STALE_AFTER", 600.0)
+    # The key's last use is stamped by the call's own write at most once a minute: a call
+    # traced a minute after the warm-up's stamp would send the stamping text of its statement,
+    # which the warm-up ran only once (not yet prepared).
+    monkeypatch.setattr(keyuse, "INTERVAL_SECONDS", 600)
+
+
+@pytest.fixture
+def own_connection(monkeypatch) -> None:
+    """A new connection for the test, closed by no maximum age while it runs."""
+    connection.close()
+    connection.ensure_connection()
+    monkeypatch.setattr(connection, "close_at", None)
 
 
 def _traced(call: Callable[[], Any]) -> tuple[Any, int, list[str]]:

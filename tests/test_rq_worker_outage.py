@@ -97,3 +97,23 @@ def test_the_worker_outlives_a_redis_restart_during_a_job(
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
+
+
+
+def test_the_ledgers_worker_stops_within_seconds_when_its_command_thread_waits(rq_queue):
+    """rq listens for commands in a thread that waited up to a minute for a message, and
+    redis-py 8 waits for that thread when the worker stops. When the thread has already read
+    the answer to the worker's unsubscribe, it waits for a new subscription: the worker's end
+    (SIGTERM, the end of a burst) took that minute. The ledger's worker looks up every second.
+    Here the thread is brought to that wait on purpose, then the worker stops as rq stops it."""
+    from reconcilers.worker import LedgerWorker
+
+    worker = LedgerWorker([rq_queue], connection=rq_queue.connection)
+    worker.subscribe()
+    _wait(lambda: worker.pubsub.subscribed, 5, "the subscription")
+    worker.pubsub.unsubscribe()
+    _wait(lambda: not worker.pubsub.subscribed, 5, "the thread to read the unsubscribe")
+    started = time.monotonic()
+    worker.unsubscribe()
+    assert time.monotonic() - started < 10
+    assert not worker.pubsub_thread.is_alive()

@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from ledger.effects.states import INCOMPLETE, Kind, Status
 from ledger.models import Effect, EffectDependency, Tool
+from ledger.models.states import INCOMPLETE, Kind, Status
 from reviews.decisions.decide import Ask, decide
 from reviews.decisions.declaration import Action
 from reviews.decisions.refusals import RetryUnsafe

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason
+from ledger.rules.reviewqueue import open_review
 from tests.factories import signed_in
 from tests.helpers import expire_lease
 

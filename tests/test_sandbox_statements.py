@@ -16,12 +16,9 @@ import pytest
 from devstack.sandbox.statements import micros
 from ledger.effects.recovery import database_now
 from ledger.models import StatementImport, Tool
-from reconcilers.statement_fetch import (
-    StatementFetchError,
-    fetch_due_statements,
-    fetch_sandbox_statement,
-    previous_day,
-)
+from reconcilers.providers.outcomes import StatementFetchError
+from reconcilers.providers.sandbox_payments.statement import fetch_sandbox_statement
+from reconcilers.statement_fetch import fetch_due_statements, previous_day
 from tests.factories import charge, refund
 
 if TYPE_CHECKING:

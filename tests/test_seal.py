@@ -16,6 +16,7 @@ from datetime import UTC
 import pytest
 from django.db import connection, connections
 
+from config.tasks import DISPATCHER, REGISTRY
 from ledger.audit import seal
 from ledger.models import Effect, EffectEvent, EventSeal
 from reconcilers.schedules import SCHEDULES, ensure_schedules
@@ -257,13 +258,16 @@ def test_seal_all_works_through_a_backlog_in_batches_and_stops_at_its_bound(make
     assert len(chain()) == 25
 
 
-def test_the_sealer_and_the_head_export_are_scheduled_and_kept_by_ensure_schedules(db):
+def test_the_sealer_and_the_head_export_are_scheduled_by_name(db):
     from django_q.models import Schedule
 
-    Schedule.objects.create(name="retired-seal", func="ledger.audit.seal.retired", minutes=5)
     ensure_schedules()
 
-    assert SCHEDULES["seal-events"] == {"func": "ledger.audit.seal.seal_all", "minutes": 1}
-    assert SCHEDULES["export-chain-head"]["func"] == "ledger.audit.seal.export_head"
-    ours = Schedule.objects.filter(func__startswith="ledger.audit.seal.")
-    assert set(ours.values_list("name", flat=True)) == {"seal-events", "export-chain-head"}
+    assert (SCHEDULES["seal-events"], SCHEDULES["export-chain-head"]) == (1, 60)
+    assert REGISTRY.lookup("seal-events") is seal.seal_all
+    assert REGISTRY.lookup("export-chain-head") is seal.export_head
+    rows = Schedule.objects.filter(name__in=["seal-events", "export-chain-head"])
+    assert {(s.name, s.func, s.args) for s in rows} == {
+        ("seal-events", DISPATCHER, "'seal-events'"),
+        ("export-chain-head", DISPATCHER, "'export-chain-head'"),
+    }

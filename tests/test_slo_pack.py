@@ -26,7 +26,7 @@ import yaml  # PyYAML comes with the test tools (myst-parser, schemathesis)
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledger.observability.metrics import summary
+from ledger.overview.summary import summary
 from tests.helpers import ROOT
 
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"

@@ -1,4 +1,5 @@
-"""Every (from, to) pair of states, through the transition function and against the trigger."""
+"""Every (from, to) pair of states, through the transition function and against the trigger;
+the table of docs/concepts.md#transitions, which calls itself complete, against the code's."""
 
 from __future__ import annotations
 
@@ -8,16 +9,19 @@ import re
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from ledger.effects.states import TRANSITIONS, Status
 from ledger.effects.transitions import transition
 from ledger.errors import InvalidTransition
 from ledger.models import Effect, EffectEvent
+from ledger.models.states import TRANSITIONS, Status
+from tests.helpers import ROOT
 
 ALL_PAIRS = list(itertools.product(Status, Status))
 ALLOWED = sorted(TRANSITIONS)
 REFUSED = [pair for pair in ALL_PAIRS if pair not in TRANSITIONS]
 # A raw UPDATE that keeps the status is not a transition; the trigger lets it through.
 REFUSED_CHANGES = [(a, b) for a, b in REFUSED if a != b]
+# A row of the concepts page's transitions table: | `from` | `to` | when |
+_DOCUMENTED_ROW = re.compile(r"^\| `(\w+)` \| `(\w+)` \|")
 
 
 def test_the_table_has_the_transitions_the_design_names():
@@ -122,3 +126,18 @@ def test_the_trigger_lets_an_allowed_raw_update_through(make_effect, source, tar
     with connection.cursor() as cursor:
         cursor.execute("UPDATE ledger_effect SET status = %s WHERE id = %s", [target, effect.id])
     assert Effect.objects.get(pk=effect.pk).status == target
+
+
+def _documented_pairs() -> list[tuple[str, str]]:
+    """The (from, to) rows of the table under "### Transitions" in docs/concepts.md."""
+    text = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    section = text.split("\n### Transitions\n", 1)[1].split("\n#", 1)[0]
+    return [m.groups() for line in section.splitlines() if (m := _DOCUMENTED_ROW.match(line))]
+
+
+def test_the_concepts_page_lists_exactly_the_allowed_transitions():
+    documented = _documented_pairs()
+    allowed = {(str(a), str(b)) for a, b in TRANSITIONS}
+    assert len(documented) == len(set(documented)), "a pair is listed twice"
+    assert set(documented) - allowed == set(), "listed in the docs, refused by the code"
+    assert allowed - set(documented) == set(), "allowed by the code, missing from the docs"

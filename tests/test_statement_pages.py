@@ -12,9 +12,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.states import Kind
 from ledger.models import Effect, Incident, Reason, ReviewItem, StatementImport
+from ledger.models.states import Kind
+from ledger.rules.reviewqueue import open_review
 from ledger.statements import import_statement
 from reviews.views import statements as statements_view
 from tests.factories import signed_in

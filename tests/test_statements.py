@@ -217,7 +217,7 @@ def test_two_successful_charges_are_a_duplicate_that_halts_a_tool_that_asks(setu
     made = run_import(period, [line(effect, claim, n=1), line(effect, claim, n=2)])
     assert fresh(effect).status == "unknown"
     assert reviews(effect) == [(Reason.DUPLICATE, Severity.HIGH)]
-    assert Halt.objects.filter(scope="tool", value="stmt_pay", lifted_at__isnull=True).exists()
+    assert Halt.objects.filter(scope="tool", value="stmt_pay", resumed_at__isnull=True).exists()
     assert made.duplicates == 1
     assert set(StatementLine.objects.filter(effect=effect).values_list("outcome", flat=True)) == {
         "duplicate"

@@ -123,7 +123,7 @@ def test_an_import_finishes_an_unfinished_import_of_its_tool_before_its_own(
     effects = _effects(make_effect, first)
     succeeded, declined = _statements(effects, first, second)
     monkeypatch.setattr(applying, "BATCH", 20)
-    real = applying.verdicts.decide
+    real = applying.verdicts.verdict_on
     calls = {"n": 0}
 
     def crash_in_the_second_batch(*args, **kwargs):
@@ -132,10 +132,10 @@ def test_an_import_finishes_an_unfinished_import_of_its_tool_before_its_own(
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(applying.verdicts, "decide", crash_in_the_second_batch)
+    monkeypatch.setattr(applying.verdicts, "verdict_on", crash_in_the_second_batch)
     with pytest.raises(RuntimeError):
         run_import(first, succeeded)
-    monkeypatch.setattr(applying.verdicts, "decide", real)
+    monkeypatch.setattr(applying.verdicts, "verdict_on", real)
     crashed = StatementImport.objects.get()
     assert (crashed.phase, crashed.confirmed) == ("lines", 20)
 

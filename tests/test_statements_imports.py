@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import pytest
 from django.core.management import CommandError, call_command
 
-from ledger.containment import iso4217, limits
 from ledger.errors import ValidationFailed
 from ledger.models import (
     Alert,
@@ -26,6 +25,7 @@ from ledger.models import (
     StatementLine,
     Tool,
 )
+from ledger.policy import iso4217, money
 from ledger.statements import (
     AlreadyAcknowledged,
     StatementError,
@@ -318,7 +318,7 @@ def test_applying_runs_in_batches_and_resumes_where_a_crash_stopped_it(
     period, claim = setup.period, setup.claim
     effects = [dispatched(make_effect, [(claim, claim + timedelta(minutes=1))]) for _ in range(5)]
     monkeypatch.setattr(applying, "BATCH", 2)
-    real = applying.verdicts.decide
+    real = applying.verdicts.verdict_on
     calls = {"n": 0}
 
     def crash_in_the_second_batch(*args, **kwargs):
@@ -327,7 +327,7 @@ def test_applying_runs_in_batches_and_resumes_where_a_crash_stopped_it(
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(applying.verdicts, "decide", crash_in_the_second_batch)
+    monkeypatch.setattr(applying.verdicts, "verdict_on", crash_in_the_second_batch)
     rows = [line(e, claim, n=i) for i, e in enumerate(effects)]
     with pytest.raises(RuntimeError):
         run_import(period, rows)
@@ -337,7 +337,7 @@ def test_applying_runs_in_batches_and_resumes_where_a_crash_stopped_it(
     assert made.cursor == str(ordered[1].id)
     assert [fresh(e).status for e in ordered] == ["confirmed"] * 2 + ["unknown"] * 3
 
-    monkeypatch.setattr(applying.verdicts, "decide", real)
+    monkeypatch.setattr(applying.verdicts, "verdict_on", real)
     done = resume(made.pk)
     assert (done.phase, done.confirmed, done.batches) == ("done", 5, 3)
     assert all(fresh(e).status == "confirmed" for e in effects)
@@ -358,12 +358,12 @@ def test_the_command_resumes_an_import_by_id(setup, make_effect):
 
 
 def test_the_iso4217_table_agrees_with_the_limits_exponents():
-    for code, places in limits.EXPONENTS.items():
+    for code, places in money.EXPONENTS.items():
         assert iso4217.EXPONENTS.get(code) == places, code
     others = {c for c, p in iso4217.EXPONENTS.items() if p not in (2, None)}
     # Among them the two four-place index units.
-    assert others == set(limits.EXPONENTS)
-    assert (limits.EXPONENTS["CLF"], limits.EXPONENTS["UYW"]) == (4, 4)
+    assert others == set(money.EXPONENTS)
+    assert (money.EXPONENTS["CLF"], money.EXPONENTS["UYW"]) == (4, 4)
 
 
 def test_the_iso4217_table_holds_the_active_codes():

@@ -10,8 +10,8 @@ from typing import Any
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.decide import Ask, decide
 from reviews.decisions.forms import DecisionForm
 from reviews.decisions.suggest import suggest_for_rows, suggestion

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ledger.containment import outbox
 from ledger.models import Agent, Alert, Team, Tool
+from ledger.rules import outbox
 from reviews.alerts.sender import send_due
 from tests.test_alerts import SECRET, Receiver, verify
 

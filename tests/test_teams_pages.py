@@ -22,7 +22,7 @@ from ledger.models import (
     Team,
     Tool,
 )
-from ledger.observability.metrics import summary
+from ledger.overview.summary import summary
 from ledger.policy.roles import ADMIN, AUDITOR, grant
 from ledger.policy.teams import add_member, grant_all_teams
 from reviews.access.counts import forget

@@ -1,5 +1,5 @@
 """What loadtools refuses and accepts for proofs of absence and statements (ledger.policy.toolfile,
-with the adapters' own check from reconcilers.registry)."""
+with the adapters' own check from reconcilers.providers.checks)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.django_db
 COMPLETE_LOOKUP = {
     "preset": '"lookup"',
     "reconciler": '"sandbox_payments"',
+    "reconciler_config": '{ base_url = "http://127.0.0.1:9" }',
     "call_timeout": '"30s"',
     "search_lag": '"1m"',
     "settle_after": '"2m"',
@@ -54,14 +55,14 @@ def test_a_complete_lookup_with_every_bound_is_accepted(tmp_path):
         ({"lookup_horizon": None}, "lookup_proves_absence needs lookup_horizon"),
         ({"settle_after": '"1m"'}, "settle_after must be at least call_timeout \\+ search_lag"),
         ({"preset": '"unsafe"'}, "lookup_proves_absence needs has_lookup"),
-        ({"reconciler": '"manual"'}, "a reconciler whose lookup answers with lists"),
+        ({"reconciler": '"manual"', "reconciler_config": None}, "the manual adapter cannot look"),
         (
             {
                 "reconciler": '"http_lookup"',
                 "reconciler_config": '{ url = "http://x.invalid/?r={idempotency_key}", '
                 "single_object = true }",
             },
-            "a reconciler whose lookup answers with lists",
+            "lookup_proves_absence: the http_lookup adapter, as configured, cannot prove absence",
         ),
         (
             {
@@ -69,7 +70,7 @@ def test_a_complete_lookup_with_every_bound_is_accepted(tmp_path):
                 "reconciler_config": '{ url = "http://x.invalid/?r={idempotency_key}", '
                 "not_found_on_404 = true }",
             },
-            "a reconciler whose lookup answers with lists",
+            "lookup_proves_absence: the http_lookup adapter, as configured, cannot prove absence",
         ),
         ({"call_timeout": '"2h"', "settle_after": '"3h"'}, "call_timeout must be at most 1h"),
     ],

@@ -185,7 +185,7 @@ def test_a_callback_naming_another_ref_for_a_settled_effect_is_kept_and_opens_a_
     )
     item = ReviewItem.objects.get(effect_id=effect["id"])
     assert (item.reason, item.severity) == ("duplicate", 3)
-    assert Halt.objects.filter(scope="tool", value="charge_card", lifted_at=None).exists()
+    assert Halt.objects.filter(scope="tool", value="charge_card", resumed_at=None).exists()
 
 
 def test_a_callback_for_an_effect_sent_again_on_a_proof_of_absence_opens_a_duplicate(
@@ -209,3 +209,27 @@ def test_a_callback_for_an_effect_sent_again_on_a_proof_of_absence_opens_a_dupli
     # And it is not sent again until a person has looked.
     refused = alice.post(f"/effects/{effect['id']}/claim", {"owner": "w1"})
     assert refused.status_code == 409
+
+
+def test_the_lease_holders_report_after_a_callback_settled_the_same_is_taken_as_a_repeat(
+    alice, settings
+):
+    """A provider's callback can land before the worker that made the call reports it (the
+    Stripe face signs every payment at once): the worker's agreeing report is not a lost lease."""
+    settings.LEDGER_WEBHOOK_SECRETS = {"sandbox-pay": SECRET}
+    effect = alice.intent(claim=True)
+    body = {"idempotency_key": effect["idempotency_key"], "status": "confirmed"}
+    assert _deliver({**body, "provider_ref": "ch_7"}).status_code == 200
+
+    agreeing = alice.outcome(effect["id"], effect["lease_token"], provider_ref="ch_7")
+    other_ref = alice.outcome(effect["id"], effect["lease_token"], provider_ref="ch_8", expect=409)
+    failed = alice.outcome(effect["id"], effect["lease_token"], "failed", expect=409)
+
+    assert agreeing["status"] == "confirmed"
+    assert other_ref["error"] == failed["error"] == "stale_lease"
+    stored = Effect.objects.get(pk=effect["id"])
+    assert (stored.status, stored.provider_ref) == ("confirmed", "ch_7")
+    late = stored.events.filter(kind="late_outcome").order_by("id")
+    assert [e.data.get("provider_ref") for e in late][:1] == ["ch_7"]
+    # Two refs for one effect: the provider may hold two charges.
+    assert ReviewItem.objects.filter(effect=stored, reason="duplicate").exists()

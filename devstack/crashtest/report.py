@@ -195,3 +195,54 @@ def _judge(
     elif status != "failed":
         verdict.unexplained.append({"run_id": run_id, "why": f"not charged, effect {status}"})
     return None
+
+
+def compare_counts(
+    workflows: list[dict[str, Any]],
+    counts: dict[str, int],
+    effects: list[dict[str, Any]],
+    reviews: dict[str, str],
+    crashes_by_point: dict[str, int],
+    latencies: list[float],
+    *,
+    machine_only: bool = False,
+) -> Verdict:
+    """As `compare`, for a real provider's fake that counts its records per idempotency key
+    (`counts`) rather than listing charges: each workflow's effect must have exactly one record
+    when confirmed, none when failed, and one or none when it waits for a person; a record
+    under a key of no effect is unexplained."""
+    verdict = Verdict(
+        workflows=len(workflows),
+        provider_transactions=sum(counts.values()),
+        crashes_by_point=dict(crashes_by_point),
+        recovery_latency=latency_summary(latencies),
+        open_review_items=len(reviews),
+        machine_only=machine_only,
+    )
+    left = dict(counts)
+    effect_of = {e["run_id"]: e for e in effects}
+    review_reasons: Counter[str] = Counter()
+    for workflow in workflows:
+        run_id = workflow["run_id"]
+        effect = effect_of.get(run_id)
+        status = effect["status"] if effect else "missing"
+        sent = left.pop(effect["idempotency_key"], 0) if effect else 0
+        reason = reviews.get(str(effect["id"])) if effect else None
+        if sent > 1:
+            verdict.duplicates.append({"run_id": run_id, "records": sent, "status": status})
+        elif status == "confirmed":
+            verdict.confirmed += 1
+            if not sent:
+                verdict.unexplained.append({"run_id": run_id, "why": "confirmed, no record"})
+        elif reason:
+            review_reasons[reason] += 1
+        elif sent:
+            verdict.unexplained.append(
+                {"run_id": run_id, "why": f"sent, but the effect is {status}"}
+            )
+        elif status != "failed":
+            verdict.unexplained.append({"run_id": run_id, "why": f"not sent, effect {status}"})
+    for key, n in left.items():
+        verdict.unexplained.append({"key": key, "why": "record of no workflow", "records": n})
+    verdict.left_for_review = dict(review_reasons)
+    return verdict

@@ -10,8 +10,10 @@ process and the rq worker, killed at random moments and restarted. A killed work
 once in recovery mode (POST /recovery, then its workflows again). Leases are short (2 s) and the
 charge tool's `settle_after` is 3 s, so a run with a hundred crashes takes a minute or two.
 
-The provider (`--provider`) is one of three, each with the charge tool declared as it allows
-(`devstack.harness.CHARGE_TOOLS`):
+The provider (`--provider`) is the sandbox's own payments API in one of three modes, each with
+the charge tool declared as it allows (`devstack.harness.CHARGE_TOOLS`), or a real provider's
+API through its official SDK against its fake (`--provider stripe`, `slack`, …:
+`devstack.crashtest.callers`):
 
 | provider      | sandbox            | what settles what a crash left uncertain                  |
 | ------------- | ------------------ | --------------------------------------------------------- |
@@ -33,6 +35,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -48,7 +51,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psycopg
 
-from devstack.crashtest.report import Verdict, compare
+from devstack.crashtest import callers, observe
+from devstack.crashtest.observe import KEYS, LOOKUP_ONLY, PROVIDERS, STATEMENT
+from devstack.crashtest.report import Verdict
 from devstack.crashtest.worker import LEASE_SECONDS, WORKER_POINTS
 from devstack.embedded import free_port
 from devstack.harness import (
@@ -61,11 +66,9 @@ from devstack.harness import (
 from devstack.provision import database_name, fresh_database, manage, manage_argv
 from devstack.sandbox.launch import SandboxProcess
 from devstack.web import gunicorn_argv
-from ledger.effects.states import Kind, Status, sql_list
 from ledger.models import Effect, EffectEvent, ReviewItem
-from ledger.statements.apply import ACTOR as STATEMENTS
-from reconcilers.reconcile import ACTOR as RECONCILER
-from reconcilers.statement_fetch import fetch_sandbox_statement
+from ledger.models.states import Status, sql_list
+from reconcilers.providers.sandbox_payments.statement import fetch_sandbox_statement
 
 ROOT = Path(__file__).resolve().parents[2]
 # Kinds of process; instances are named kind + number ("web0", "rqworker1").
@@ -76,17 +79,17 @@ EFFECTS = Effect._meta.db_table
 EVENTS = EffectEvent._meta.db_table
 REVIEW_ITEMS = ReviewItem._meta.db_table
 
-KEYS, LOOKUP_ONLY, STATEMENT = "keys", "lookup-only", "statement"
-PROVIDERS = (KEYS, LOOKUP_ONLY, STATEMENT)
 # The sandbox's flags for each provider, and how long a worker's call to it may take: in the
 # last two, the tool's call_timeout (`devstack.harness.CHARGE_TOOLS`).
 PROVIDER_ARGS = {KEYS: (), LOOKUP_ONLY: ("--reference-only",), STATEMENT: ("--ignore-keys",)}
 PROVIDER_TIMEOUT = {KEYS: 5.0, LOOKUP_ONLY: 2.0, STATEMENT: 2.0}
-# How long after the last claim a statement is final for every dispatch window (claim − skew
-# … lease end + settle_after + skew), with a margin for the clocks' reading.
-WINDOWS_SETTLE = timedelta(
-    seconds=LEASE_SECONDS + SETTLE_AFTER_SECONDS + STATEMENT_SKEW_SECONDS + 0.5
-)
+# A dispatch window runs from its claim − skew to when the effect left dispatching (or its lease
+# end, while it has not) + settle_after + skew (`ledger.statements.absence`). A statement is
+# final for every window once both have passed, with a margin for the clocks' reading: the last
+# claim + the lease + LEFT_SETTLE, and the last departure from dispatching + LEFT_SETTLE. (The
+# sweep that moves an expired lease to unknown may run well after the lease ended.)
+LEFT_SETTLE = timedelta(seconds=SETTLE_AFTER_SECONDS + STATEMENT_SKEW_SECONDS + 0.5)
+WINDOWS_SETTLE = timedelta(seconds=LEASE_SECONDS) + LEFT_SETTLE
 
 
 @dataclass
@@ -130,11 +133,19 @@ class Stack(Processes):
         self.opts = opts
         self.ports = {f"{WEB}{n}": free_port() for n in range(opts.web)}
         self.rq_workers = [f"{RQ_WORKER}{n}" for n in range(opts.rq_workers)]
+        fake, args = "payments", PROVIDER_ARGS.get(opts.provider, ())
+        if opts.provider not in PROVIDERS:
+            self.caller = callers.load(opts.provider)
+            # Its flags for a ledger at the first web instance (where it delivers callbacks).
+            ledger = f"http://127.0.0.1:{next(iter(self.ports.values()))}"
+            fake = callers.fake_of(self.caller, opts.provider)
+            args = callers.fake_args(self.caller, ledger)
+            env.update(getattr(self.caller, "ENV", {}))
         self.provider = SandboxProcess(
-            "payments",
-            workdir / "payments.sqlite3",
-            workdir / "payments.log",
-            ("--ignore-keys",) if opts.ignore_keys else PROVIDER_ARGS[opts.provider],
+            fake,
+            workdir / f"{fake}.sqlite3",
+            workdir / f"{fake}.log",
+            ("--ignore-keys",) if opts.ignore_keys else args,
             env,
         )
 
@@ -220,9 +231,12 @@ class Stack(Processes):
 
 
 def _prepare_database(env: dict[str, str], provider_url: str, workdir: Path, provider: str) -> str:
-    """A fresh database with the charge tool pointed at this run's provider. Points `env` at
-    it and returns the agent's key."""
-    tools = charge_tool_file(workdir, provider_url, provider)
+    """A fresh database with the charge tool (or a real provider's tool) pointed at this run's
+    provider. Points `env` at it and returns the agent's key."""
+    if provider in PROVIDERS:
+        tools = charge_tool_file(workdir, provider_url, provider)
+    else:
+        tools = callers.tool_file(workdir, callers.load(provider), provider_url)
     name = f"{database_name(env['DATABASE_URL'])}_crashtest"
     fresh, (key,) = fresh_database(env, name, tools=tools, agents=["crashtest"])
     env.update(fresh)
@@ -289,14 +303,30 @@ def run(opts: Options) -> Verdict:
         # Where a django-q2 cluster exports the chain head: the run's, not the repository's.
         env["LEDGER_CHAIN_HEAD_FILE"] = str(workdir / "chain-heads.jsonl")
         stack = Stack(workdir, env, opts)
+        finished = False
         try:
-            return _run(stack, opts, rng, workdir)
+            verdict = _run(stack, opts, rng, workdir)
+            finished = True
+            return verdict
         finally:
             stack.stop_all()
+            if not finished:
+                _keep_logs(workdir, opts.report.parent / "crashtest-logs")
+
+
+def _keep_logs(workdir: Path, into: Path) -> None:
+    """A run that stopped before its verdict keeps its processes' logs beside where the report
+    would have been (the working directory goes with the run), and says where."""
+    into.mkdir(parents=True, exist_ok=True)
+    for log in workdir.glob("*.log"):
+        shutil.copyfile(log, into / log.name)
+    sys.stderr.write(f"crashtest: the run stopped early; its processes' logs are in {into}\n")
 
 
 def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verdict:
     stack.provider.start()
+    if opts.provider not in PROVIDERS:
+        _take_callbacks(stack.env, opts.provider, stack.provider_url)
     key = _prepare_database(stack.env, stack.provider_url, workdir, opts.provider)
     stack.start_all()
     workflows = _plan(opts, rng)
@@ -308,7 +338,8 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
             {
                 "ledgers": stack.ledger_urls,
                 "provider": stack.provider_url,
-                "provider_timeout": PROVIDER_TIMEOUT[opts.provider],
+                "provider_timeout": PROVIDER_TIMEOUT.get(opts.provider, 5.0),
+                **_via(opts.provider),
                 "key": key,
                 "crash_dir": str(crash_dir),
                 "workers": {name: workflows[i :: opts.workers] for i, name in enumerate(names)},
@@ -332,7 +363,7 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
             stack.qcluster_round()
         if opts.inject_duplicate:
             _charge_behind_the_ledgers_back(stack.provider_url, workflows[0])
-        verdict = _verdict(
+        verdict = observe.verdict(
             conn, stack.provider_url, workflows, crash_dir, workers.infra, opts.provider
         )
     verdict.served = stack.served()
@@ -340,6 +371,24 @@ def _run(stack: Stack, opts: Options, rng: random.Random, workdir: Path) -> Verd
     if opts.provider == LOOKUP_ONLY:
         verdict.tail_checks = tail_checks
     return verdict
+
+
+def _take_callbacks(env: dict[str, str], provider: str, provider_url: str) -> None:
+    """The fake's callback secret (a signing secret, SendGrid's public key) given to the
+    ledger under the tool's webhook_provider, before the web processes start."""
+    caller = callers.load(provider)
+    secret = callers.callback_secret(caller, provider_url)
+    door = caller.TOOL.get("webhook_provider")
+    if secret is not None and door:
+        given = env.get("LEDGER_WEBHOOK_SECRETS", "")
+        env["LEDGER_WEBHOOK_SECRETS"] = ",".join(filter(None, [given, f"{door}:{secret}"]))
+
+
+def _via(provider: str) -> dict[str, str]:
+    """What the workers need to call a real provider's API (nothing for the sandbox's own)."""
+    if provider in PROVIDERS:
+        return {}
+    return {"via": provider, "tool": callers.TOOL_NAME}
 
 
 def _await_tail_checks(conn: psycopg.Connection[Any], timeout: float = 120.0) -> dict[str, int]:
@@ -435,14 +484,18 @@ def _import_statement(
     period_start: datetime,
     imported: list[dict[str, Any]],
 ) -> datetime:
-    """Once every dispatch window so far has settled: the provider's statement of
+    """Once every dispatch window so far has ended (`LEFT_SETTLE`): the provider's statement of
     [period_start, now), fetched as the adapter fetches it and imported as final, as an
     operator would (`manage.py importstatement`); noted in `imported`. The period ends now,
     never in the future; returns its end."""
+    dispatching = Status.DISPATCHING.value
     row = conn.execute(
-        f"SELECT max(created_at) + %s FROM {EVENTS} "
-        f"WHERE kind = 'transition' AND to_status = '{Status.DISPATCHING.value}'",
-        [WINDOWS_SETTLE],
+        "SELECT greatest("
+        f" (SELECT max(created_at) + %s FROM {EVENTS}"
+        f"   WHERE kind = 'transition' AND to_status = '{dispatching}'),"
+        f" (SELECT max(created_at) + %s FROM {EVENTS}"
+        f"   WHERE kind = 'transition' AND from_status = '{dispatching}'))",
+        [WINDOWS_SETTLE, LEFT_SETTLE],
     ).fetchone()
     settled = row[0] if row else None
     while settled is not None and _database_now(conn) <= settled:
@@ -481,68 +534,3 @@ def _charge_behind_the_ledgers_back(provider_url: str, workflow: dict[str, Any])
         trust_env=False,
         json={"amount": workflow["amount"], "currency": "EUR", "account": workflow["account"]},
     )
-
-
-def _verdict(
-    conn: psycopg.Connection[Any],
-    provider_url: str,
-    workflows: list[dict[str, Any]],
-    crash_dir: Path,
-    infra: Counter[str],
-    provider: str,
-) -> Verdict:
-    txns = httpx.get(f"{provider_url}/_sandbox/transactions", trust_env=False).json()
-    records = txns.get("data", txns) if isinstance(txns, dict) else txns
-    charges = [t for t in records if t.get("object") == "charge"]
-    effects = [
-        {"id": str(r[0]), "run_id": r[1], "status": r[2], "provider_ref": r[3], "resolved": r[4]}
-        for r in conn.execute(
-            "SELECT id, run_id, status, provider_ref, extract(epoch FROM resolved_at) "
-            f"FROM {EFFECTS} WHERE kind = '{Kind.ACTION.value}'"
-        ).fetchall()
-    ]
-    reviews = {
-        str(effect_id): reason
-        for effect_id, reason in conn.execute(
-            f"SELECT effect_id, reason FROM {REVIEW_ITEMS} WHERE resolved_at IS NULL"
-        ).fetchall()
-    }
-    by_point: Counter[str] = Counter(infra)
-    latencies = []
-    resolved = {e["run_id"]: e["resolved"] for e in effects}
-    for marker in crash_dir.glob("*") if crash_dir.exists() else []:
-        run_id, point = marker.name.rsplit(".", 1)
-        by_point[point] += 1
-        done = resolved.get(run_id)
-        if done is not None:
-            latencies.append(max(0.0, float(done) - float(marker.read_text())))
-    verdict = compare(
-        workflows,
-        charges,
-        effects,
-        reviews,
-        dict(by_point),
-        latencies,
-        machine_only=provider in (LOOKUP_ONLY, STATEMENT),
-    )
-    verdict.settled_by_machine, verdict.reviews_closed_by_machine = _machine_work(conn)
-    return verdict
-
-
-# Out of doubt: what a lookup or a statement may settle, and where that leaves an effect.
-_IN_DOUBT = sql_list((Status.DISPATCHING, Status.UNKNOWN, Status.AWAITING_CONFIRMATION))
-_OUT_OF_DOUBT = sql_list((Status.PLANNED, Status.CONFIRMED, Status.FAILED))
-
-
-def _machine_work(conn: psycopg.Connection[Any]) -> tuple[dict[str, int], int]:
-    """Effects a machine moved out of doubt, by how (a lookup: the reconciler; a statement:
-    its importer), and the review items machines closed."""
-    rows = conn.execute(
-        f"SELECT CASE WHEN actor = %s THEN 'lookup' ELSE 'statement' END, "
-        f"count(DISTINCT effect_id) FROM {EVENTS} "
-        f"WHERE kind = 'transition' AND actor IN (%s, %s) "
-        f"AND from_status IN ({_IN_DOUBT}) AND to_status IN ({_OUT_OF_DOUBT}) GROUP BY 1",
-        [RECONCILER, RECONCILER, STATEMENTS],
-    ).fetchall()
-    row = conn.execute(f"SELECT count(*) FROM {EVENTS} WHERE kind = 'review_closed'").fetchone()
-    return {how: int(n) for how, n in rows}, int(row[0]) if row else 0

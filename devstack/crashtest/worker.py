@@ -4,8 +4,9 @@ with SIGKILL at the crash points its plan names.
 
     python -m devstack.crashtest.worker PLAN.json NAME
 
-It speaks only HTTP (the agent API and the provider), never imports Django, and keeps nothing
-in memory that matters: a restarted worker calls POST /recovery and carries on. Every call to
+It speaks only HTTP (the agent API and the provider, or a real provider's official SDK against
+its fake: `devstack.crashtest.callers`), never imports Django, and keeps nothing in memory that
+matters: a restarted worker calls POST /recovery and carries on. Every call to
 the ledger is retried until it answers (the web process may be killed too); the API is
 idempotent and a repeated claim with the same `claim_id` returns the same lease.
 """
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from devstack.crashtest import callers
 
 # Where a worker can die, in the order a workflow passes them.
 BEFORE_SEND = "before_send"  # claimed, nothing sent
@@ -64,10 +67,13 @@ class Worker:
             for url in ledgers[first:] + ledgers[:first]
         ]
         # No call outlasts the tool's call_timeout: a complete lookup's proof of absence counts
-        # on it (`ledger.provider.lookup_absence`).
+        # on it (`ledger.rules.lookup_absence`).
         self.provider = httpx.Client(
             base_url=plan["provider"], timeout=plan["provider_timeout"], trust_env=False
         )
+        # A real provider's API, through its caller (`devstack.crashtest.callers`).
+        self.caller = callers.load(plan["via"]) if plan.get("via") else None
+        self.tool = plan.get("tool", "charge_card")
         # Retried calls stop when the process that started us is gone.
         self.conductor = os.getppid()
 
@@ -108,9 +114,9 @@ class Worker:
                 {
                     "run_id": workflow["run_id"],
                     "step_id": "charge",
-                    "tool": "charge_card",
+                    "tool": self.tool,
                     "target": workflow["account"],
-                    "request": {"amount": workflow["amount"], "currency": "EUR"},
+                    "request": self.request(workflow),
                     "claim": True,
                     "owner": self.name,
                     "claim_id": claim_id,
@@ -119,7 +125,10 @@ class Worker:
             )
             effect = response.json()
             if response.status_code in (200, 201) and effect.get("lease_token"):
-                self.charge(workflow, effect)
+                if self.caller is not None:
+                    self.send(workflow, effect)
+                else:
+                    self.charge(workflow, effect)
                 claim_id = f"{self.name}-{uuid.uuid4()}"
                 continue
             status = effect.get("status") or effect.get("error")
@@ -129,6 +138,11 @@ class Worker:
                 return
             # Dispatching under an old lease, unknown, awaiting: recovery is deciding.
             time.sleep(WAIT)
+
+    def request(self, workflow: dict[str, Any]) -> dict[str, Any]:
+        if self.caller is None:
+            return {"amount": workflow["amount"], "currency": "EUR"}
+        return callers.request_for(self.caller, workflow)
 
     def in_review(self, workflow: dict[str, Any]) -> bool:
         """An unknown effect nothing will resolve without a person: no check is scheduled."""
@@ -161,6 +175,27 @@ class Worker:
         if marker := self.crash_due(workflow, BEFORE_PERSIST):
             die(marker)
         self.call("POST", path, charge_outcome(token, reply))
+
+    def send(self, workflow: dict[str, Any], effect: dict[str, Any]) -> None:
+        """The call through a real provider's SDK, with the same crash points: the fake
+        holds the request (`hang=1`) while we die, or commits and drops the answer."""
+        assert self.caller is not None
+        if marker := self.crash_due(workflow, BEFORE_SEND):
+            die(marker)
+        fault = ""
+        if marker := self.crash_due(workflow, DURING_CALL):
+            fault = "hang=1"
+            threading.Timer(0.3, die, args=(marker,)).start()
+        after_send = self.crash_due(workflow, AFTER_SEND)
+        if after_send:
+            fault = "drop"
+        outcome = self.caller.send(self.plan["provider"], effect, self.request(workflow), fault)
+        if after_send:
+            die(after_send)
+        if marker := self.crash_due(workflow, BEFORE_PERSIST):
+            die(marker)
+        body = {"lease_token": effect["lease_token"], **outcome}
+        self.call("POST", f"/effects/{effect['id']}/outcome", body)
 
 
 def charge_outcome(token: str, reply: httpx.Response) -> dict[str, Any]:

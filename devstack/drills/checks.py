@@ -15,8 +15,8 @@ import httpx
 import psycopg
 
 from devstack.drills.load import HANG_LIMIT, Api, Call, Intent
-from ledger.effects.states import Status
 from ledger.models import Effect
+from ledger.models.states import Status
 
 POLL = 0.25
 

@@ -55,7 +55,7 @@ from devstack.drills.servers import RestartableRedis
 from devstack.drills.services import SERVICES, DrillStack
 from devstack.provision import fresh_database, manage
 from devstack.sandbox.launch import SandboxProcess
-from reconcilers.statement_fetch import fetch_sandbox_statement
+from reconcilers.providers.sandbox_payments.statement import fetch_sandbox_statement
 
 OPERATOR = "drill-operator"
 AGENTS = ("lostwindow", "lostwindow-revoked")

@@ -11,9 +11,9 @@ from decimal import Decimal
 from playwright.sync_api import Page, Request, Response
 
 from ledger.containment.halts import halt, resume
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.states import Kind, Status
 from ledger.models import Alert, AlertKind, Effect, Reason, Tool
+from ledger.models.states import Kind, Status
+from ledger.rules.reviewqueue import open_review
 
 # An item opened for each of these reasons, on an effect in a status it is opened for.
 REVIEWED = [
@@ -46,9 +46,9 @@ def ledger_with_everything(make_effect: Callable[..., Effect], alice) -> list[st
     effects.append(
         make_effect("planned", kind=Kind.COMPENSATION, tool="refund_card", parent=target)
     )
-    # A halt and its lifting are decisions with pages of their own.
-    lifted = halt("tool", "send_email", reason="bounce storm", by="olga")
-    resume(lifted.halt.pk, reason="relay fixed", by="olga")
+    # A halt and its resuming are decisions with pages of their own.
+    resumed = halt("tool", "send_email", reason="bounce storm", by="olga")
+    resume(resumed.halt.pk, reason="relay fixed", by="olga")
     halt("tool", "create_ticket", reason="ticket flood", by="olga")
     effects.extend(Effect.objects.filter(kind=Kind.DECISION))
     Alert.objects.create(

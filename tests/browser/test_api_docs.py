@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import ConsoleMessage, Request, expect
 
-from ledger.api.endpoints import api
+from ledger.api.app import api
 
 pytestmark = pytest.mark.browser
 

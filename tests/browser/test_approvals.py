@@ -9,9 +9,9 @@ from decimal import Decimal
 import pytest
 from playwright.sync_api import expect
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, RetryProposal, ReviewItem, Tool
+from ledger.models.states import Kind
+from ledger.rules.reviewqueue import open_review
 from tests.browser.conftest import confirm_decision, fill_decision, nav
 
 pytestmark = pytest.mark.browser

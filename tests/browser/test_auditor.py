@@ -16,9 +16,9 @@ from django.db import connection
 from playwright.sync_api import expect
 
 from ledger.audit import seal
-from ledger.containment.reviewqueue import open_review
 from ledger.effects.transitions import record_event
 from ledger.models import AuditExport, Effect, EffectEvent, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from tests.browser.conftest import nav
 from tests.helpers import ROOT
 

@@ -24,8 +24,8 @@ from playwright.sync_api import Page, expect
 
 from ledger.audit import seal
 from ledger.containment.halts import halt, resume
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem, Tool
+from ledger.rules.reviewqueue import open_review
 from ledger.statements import import_statement
 from tests.browser.conftest import nav
 from tests.factories import lookup
@@ -155,8 +155,8 @@ def working_day(make_effect) -> dict[str, Effect]:
         request={"to": "buyer@example.com", "template": "receipt"},
     )
 
-    lifted = halt("tool", "send_email", reason="bounce storm at the mail relay", by="olga")
-    resume(lifted.halt.pk, reason="relay fixed", by="olga")
+    resumed = halt("tool", "send_email", reason="bounce storm at the mail relay", by="olga")
+    resume(resumed.halt.pk, reason="relay fixed", by="olga")
     halt("tool", "create_ticket", reason="ticket flood from the planner, INC-42", by="olga")
     return {"found": found}
 
@@ -243,10 +243,10 @@ def test_the_pages_the_guides_show_render_and_are_photographed(
     expect(dialog).to_be_hidden()
     assert Effect.objects.get(pk=seeded["found"].pk).status == "unknown"  # nothing decided
 
-    # Halts: the active one with its reason, the lifted one below.
+    # Halts: the active one with its reason, the resumed one below.
     nav(page, "Halts")
     expect(page.locator("#active-halts")).to_contain_text("ticket flood from the planner")
-    expect(page.get_by_role("heading", name="Lifted recently")).to_be_visible()
+    expect(page.get_by_role("heading", name="Resumed recently")).to_be_visible()
     photograph(page, shots, "halts")
 
     # Statements: both days imported, final; the upload form for operators.

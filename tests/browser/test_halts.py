@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from ledger.effects.states import Kind
 from ledger.models import Effect, Halt
+from ledger.models.states import Kind
 from tests.browser.conftest import nav
 from tests.helpers import assert_error
 
@@ -35,7 +35,7 @@ def test_an_operator_halts_a_tool_the_banner_shows_everywhere_and_resuming_clear
     expect(banner).to_contain_text("tool charge_card")
     expect(banner).to_contain_text("Duplicate charges on order 7")
     expect(page.locator("#active-halts")).to_contain_text("olga")
-    halt = Halt.objects.get(lifted_at__isnull=True)
+    halt = Halt.objects.get(resumed_at__isnull=True)
     assert (halt.scope, halt.value, halt.halted_by) == ("tool", "charge_card", "olga")
     claim = alice.post(f"/effects/{effect['id']}/claim", {"owner": "w"})
     assert assert_error(claim, 409, "halted")["halt"]["by"] == "olga"

@@ -9,8 +9,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason
+from ledger.rules.reviewqueue import open_review
 
 pytestmark = pytest.mark.browser
 
@@ -81,19 +81,27 @@ def test_a_decision_key_on_the_queue_opens_the_current_rows_effect_at_that_decis
     expect(page).to_have_url(re.compile(rf"/effects/{first}/\?decide={action}$"))
 
 
-def test_a_decision_key_on_the_effect_page_opens_that_decisions_form(signed_in, olga, queued):
+def test_a_decision_key_on_the_effect_page_opens_that_decision_at_the_field_it_needs(
+    signed_in, olga, queued
+):
     page = signed_in(olga)
     page.goto(f"/effects/{queued[0].id}/")
-    summary = page.locator('[data-decide="fail"]')
-    expect(summary).to_be_visible()
+    decision = page.locator("#decide-fail")
+    expect(decision.locator("summary")).to_be_visible()
 
     page.keyboard.press("f")
 
-    expect(summary).to_be_focused()
-    expect(page.locator("#decide-fail")).to_have_attribute("open", "")
-    # Pressed again, the open decision stays open (a second toggle would close it).
+    expect(decision).to_have_attribute("open", "")
+    # Mark failed needs evidence first (the reason after it): the focus is there, and the
+    # letter that opened it was not typed into it.
+    evidence = decision.get_by_role("textbox", name=re.compile("Evidence"))
+    expect(evidence).to_be_focused()
+    expect(evidence).to_have_value("")
+    # Pressed again from outside a field, the open decision stays open (no second toggle).
+    page.locator("h1").click()
     page.keyboard.press("f")
-    expect(page.locator("#decide-fail")).to_have_attribute("open", "")
+    expect(decision).to_have_attribute("open", "")
+    expect(evidence).to_be_focused()
 
 
 def test_keys_typed_into_a_field_or_with_a_modifier_are_not_shortcuts(signed_in, olga, queued):
@@ -124,7 +132,8 @@ def test_question_mark_lists_every_shortcut_and_escape_closes_it(signed_in, olga
     page.keyboard.press("?")
 
     expect(help_).to_be_visible()
-    for key in ("j", "k", "o", "c", "f", "r", "x", "?", "Esc"):
+    keys = ("j", "k", "o", "c", "f", "r", "x", "u", "a", "d", "n", "p", "m", "Ctrl", "?", "Esc")
+    for key in keys:
         expect(help_.locator("kbd", has_text=re.compile(rf"^{re.escape(key)}$"))).to_have_count(1)
     # While the help is open the letters do nothing behind it.
     page.keyboard.press("j")

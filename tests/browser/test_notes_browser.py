@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.decide import Ask, decide
 from reviews.models import ReviewNote
 

@@ -8,9 +8,9 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.models.states import Kind
+from ledger.rules.reviewqueue import open_review
 from tests.browser.conftest import (
     SCREENSHOTS,
     fill_decision,
@@ -196,26 +196,37 @@ def test_the_keyboard_reaches_the_login_form_and_a_decision_in_order(open_page, 
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Overview", level=1)).to_be_visible()
 
-    # ?decide=confirm opens the confirmation's form (retry is the suggested one here).
-    page.goto(f"/effects/{unknown.id}/?decide=confirm")
+    # The effect page from its top: the skip link first, then past the navigation the first
+    # control of the page's content (the facts' link to the run's recovery plan), then the
+    # decisions, the suggested one (retry here) first.
+    page.goto(f"/effects/{unknown.id}/")
     page.keyboard.press("Tab")
     expect(skip).to_be_focused()
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"#content$"))
-    # Past the navigation: the next stop is the first control of the page's content, the
-    # facts' link to the run's recovery plan; then the decision.
     page.keyboard.press("Tab")
     assert focused(page)["inMain"], focused(page)
     expect(page.get_by_role("link", name="what recovery will do for this run")).to_be_focused()
     page.keyboard.press("Tab")
-    summary = page.locator("#decide-confirm summary")
-    expect(summary).to_be_focused()
+    expect(page.locator("#decide-retry summary")).to_be_focused()
     assert_focus_ring(page)
+
+    # ?decide=confirm (where the queue's letter and an email link lead) opens the confirmation's
+    # form with the focus on its first field that needs input; one step back is its summary.
+    page.goto(f"/effects/{unknown.id}/?decide=confirm")
     expect(page.locator("#decide-confirm")).to_have_attribute("open", "")
+    page.keyboard.press("Shift+Tab")
+    expect(page.locator("#decide-confirm summary")).to_be_focused()
+    assert_focus_ring(page)
+    page.keyboard.press("Shift+Tab")
+    assert focused(page)["inMain"], focused(page)
 
     decision = page.locator("#decide-confirm")
-    for label in ("Provider reference", "Evidence", "Reason"):
-        page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    for n, label in enumerate(("Provider reference", "Evidence", "Reason")):
+        if n:
+            page.keyboard.press("Tab")
         expect(decision.get_by_role("textbox", name=label)).to_be_focused()
         assert_focus_ring(page)
         page.keyboard.type(f"{label} typed")

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.rules.reviewqueue import open_review
 from reviews.queue.holds import hold_item
 from tests.factories import lookup_found
 

@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Reason, RetryProposal
+from ledger.rules.reviewqueue import open_review
 from reviews.models import Identity
 from reviews.sso.people import username_for
 from tests.browser.conftest import confirm_decision, fill_decision

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import ConsoleMessage, Page, expect
 
-from ledger.containment.reviewqueue import open_review
-from ledger.effects.states import Kind
 from ledger.models import Effect, Reason, ReviewItem
+from ledger.models.states import Kind
+from ledger.rules.reviewqueue import open_review
 from tests.factories import lookup
 
 pytestmark = pytest.mark.browser
@@ -213,7 +213,7 @@ def test_decide_in_the_address_opens_that_decision_instead(signed_in, olga, make
 def test_deciding_over_a_colleagues_hold_asks_first(signed_in, olga, otto, make_effect):
     effect = _found(make_effect)
     ReviewItem.objects.filter(effect=effect).update(
-        assignee=otto, claimed_at=datetime(2026, 1, 5, 10, 2, tzinfo=UTC)
+        assignee=otto, held_at=datetime(2026, 1, 5, 10, 2, tzinfo=UTC)
     )
     page = signed_in(olga)
     page.goto(f"/effects/{effect.id}/")

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from devstack.crashtest import callers
 from devstack.crashtest.run import KEYS, PROVIDERS, Options, run
 
 
@@ -34,11 +35,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--provider",
-            choices=PROVIDERS,
+            choices=[*PROVIDERS, *callers.names()],
             default=KEYS,
             help="keys: honours idempotency keys (the default); lookup-only: keeps and searches "
             "them as references but does not deduplicate; statement: neither keys nor lookup, "
-            "the run imports the provider's statements.",
+            "the run imports the provider's statements. Or a real provider (stripe, slack, …): "
+            "its official SDK against its fake, the ledger asking through its adapter.",
         )
         parser.add_argument(
             "--ignore-keys",

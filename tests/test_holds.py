@@ -1,6 +1,6 @@
-"""An operator's hold as a soft lock: holding or assigning an item records since when its holder
-works on it, the effect page says so, and only the holder or an admin releases it. (The hold's
-start is the item's `claimed_at` column, named before holds had their own word.)"""
+"""An operator's hold on a review item: holding or assigning an item records since when its
+holder works on it (the item's `held_at`), the effect page says so, and only the holder or an
+admin releases it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
-from ledger.containment.reviewqueue import open_review
 from ledger.models import Effect, Reason, ReviewItem
 from ledger.policy.roles import ADMIN, grant
+from ledger.rules.reviewqueue import open_review
 from reviews.decisions.decide import Ask, decide
 from reviews.queue.holds import assign_item, hold_item
 from tests.factories import signed_in
@@ -46,38 +46,38 @@ def release(user: User, item: ReviewItem, *, htmx: bool = True):
 
 
 def test_holding_records_when_the_hold_started(olga, item):
-    assert item.claimed_at is None
+    assert item.held_at is None
     assert hold_item(item, olga) == olga
 
     item.refresh_from_db()
     assert item.assignee == olga
-    assert item.claimed_at is not None
-    assert abs(item.claimed_at - db_now()) < timedelta(seconds=5)
+    assert item.held_at is not None
+    assert abs(item.held_at - db_now()) < timedelta(seconds=5)
 
 
 def test_a_second_hold_does_not_move_the_first_one_s_time(olga, otto, item):
     hold_item(item, olga)
-    ReviewItem.objects.filter(pk=item.pk).update(claimed_at=timezone.now() - timedelta(hours=1))
-    before = ReviewItem.objects.get(pk=item.pk).claimed_at
+    ReviewItem.objects.filter(pk=item.pk).update(held_at=timezone.now() - timedelta(hours=1))
+    before = ReviewItem.objects.get(pk=item.pk).held_at
 
     assert hold_item(item, otto) == olga
-    assert ReviewItem.objects.get(pk=item.pk).claimed_at == before
+    assert ReviewItem.objects.get(pk=item.pk).held_at == before
 
 
 def test_assigning_starts_the_new_holder_s_hold_now(olga, otto, item):
     hold_item(item, olga)
-    ReviewItem.objects.filter(pk=item.pk).update(claimed_at=timezone.now() - timedelta(hours=1))
+    ReviewItem.objects.filter(pk=item.pk).update(held_at=timezone.now() - timedelta(hours=1))
 
     assert assign_item(item, otto)
     item.refresh_from_db()
     assert item.assignee == otto
-    assert abs(item.claimed_at - db_now()) < timedelta(seconds=5)
+    assert abs(item.held_at - db_now()) < timedelta(seconds=5)
 
 
 def test_the_effect_page_says_who_works_on_it_since_when(olga, otto, item):
     hold_item(item, otto)
     ReviewItem.objects.filter(pk=item.pk).update(
-        claimed_at=timezone.make_aware(timezone.datetime(2026, 3, 4, 10, 2))
+        held_at=timezone.make_aware(timezone.datetime(2026, 3, 4, 10, 2))
     )
 
     page = signed_in(olga).get(f"/effects/{item.effect_id}/").content.decode()
@@ -110,7 +110,7 @@ def test_the_holder_releases_their_hold(olga, item):
 
     assert response.status_code == 200
     item.refresh_from_db()
-    assert (item.assignee, item.claimed_at) == (None, None)
+    assert (item.assignee, item.held_at) == (None, None)
     assert "Nobody is working on this." in response.content.decode()
 
 
