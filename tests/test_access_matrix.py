@@ -287,6 +287,7 @@ EXPECTED: dict[str, tuple[Statuses, Statuses]] = {
     "api/v1/effects": (KEY_NEEDED, KEY_NEEDED),
     "api/v1/effects/<effect_id>/claim": (WRONG_METHOD, KEY_NEEDED),
     "api/v1/effects/<effect_id>/heartbeat": (WRONG_METHOD, KEY_NEEDED),
+    "api/v1/effects/<effect_id>/end-lease": (WRONG_METHOD, KEY_NEEDED),
     "api/v1/effects/<effect_id>/outcome": (WRONG_METHOD, KEY_NEEDED),
     "api/v1/effects/<effect_id>/cancel": (WRONG_METHOD, KEY_NEEDED),
     "api/v1/effects/<effect_id>": (KEY_NEEDED, WRONG_METHOD),

@@ -28,6 +28,7 @@ KEYED_ENDPOINTS = [
     ("get", "/effects/{id}"),
     ("post", "/effects/{id}/claim"),
     ("post", "/effects/{id}/heartbeat"),
+    ("post", "/effects/{id}/end-lease"),
     ("post", "/effects/{id}/outcome"),
     ("post", "/effects/{id}/cancel"),
     ("post", "/effects/{id}/compensate"),
@@ -181,6 +182,7 @@ DOCUMENTED = {
     ("get", "/effects/{effect_id}"),
     ("post", "/effects/{effect_id}/claim"),
     ("post", "/effects/{effect_id}/heartbeat"),
+    ("post", "/effects/{effect_id}/end-lease"),
     ("post", "/effects/{effect_id}/outcome"),
     ("post", "/effects/{effect_id}/cancel"),
     ("post", "/effects/{effect_id}/compensate"),
@@ -266,9 +268,14 @@ def alices_effects(alice) -> dict[str, dict[str, Any]]:
     """One of alice's effects in each state another agent might try to act on."""
     return {
         "planned": alice.intent(step_id="planned"),
-        "dispatching": alice.intent(step_id="dispatching", claim=True, claim_id="c1"),
+        "dispatching": alice.intent(
+            step_id="dispatching", claim=True, claim_id="c1", owner="alice-worker"
+        ),
         "confirmed": _confirmed(alice, "confirmed"),
     }
+
+
+ACTIONS = ["get", "claim", "cancel", "heartbeat", "end-lease", "outcome", "compensate"]
 
 
 def _act(client, action: str, effects: dict[str, dict[str, Any]], effect_id: str | None = None):
@@ -279,6 +286,7 @@ def _act(client, action: str, effects: dict[str, dict[str, Any]], effect_id: str
         "claim": "planned",
         "cancel": "planned",
         "heartbeat": "dispatching",
+        "end-lease": "dispatching",
         "outcome": "dispatching",
         "compensate": "confirmed",
     }[action]
@@ -289,13 +297,14 @@ def _act(client, action: str, effects: dict[str, dict[str, Any]], effect_id: str
         "claim": {"owner": "bob-worker", "claim_id": "c1"},
         "cancel": {"reason": "bob says so"},
         "heartbeat": {"lease_token": token, "lease_seconds": 600},
+        "end-lease": {"owner": effects["dispatching"]["lease_owner"]},
         "outcome": {"lease_token": token, "status": "failed", "error": "bob"},
         "compensate": {"request": {"amount": "10.00"}, "reason": "bob"},
     }[action]
     return client.post(f"/effects/{eid}/{action}", body)
 
 
-@pytest.mark.parametrize("action", ["get", "claim", "cancel", "heartbeat", "outcome", "compensate"])
+@pytest.mark.parametrize("action", ACTIONS)
 def test_another_agents_effect_is_not_found_and_left_untouched(alice, bob, alices_effects, action):
     before = snapshot()
     response = _act(bob, action, alices_effects)
@@ -303,7 +312,7 @@ def test_another_agents_effect_is_not_found_and_left_untouched(alice, bob, alice
     assert snapshot() == before
 
 
-@pytest.mark.parametrize("action", ["get", "claim", "cancel", "heartbeat", "outcome", "compensate"])
+@pytest.mark.parametrize("action", ACTIONS)
 def test_another_agents_effect_looks_exactly_like_one_that_does_not_exist(
     bob, alices_effects, action
 ):
@@ -312,7 +321,7 @@ def test_another_agents_effect_looks_exactly_like_one_that_does_not_exist(
     assert (theirs.status_code, theirs.json()) == (missing.status_code, missing.json())
 
 
-@pytest.mark.parametrize("action", ["get", "claim", "cancel", "heartbeat", "outcome", "compensate"])
+@pytest.mark.parametrize("action", ACTIONS)
 def test_the_owner_can_do_what_the_other_agent_was_refused(alice, alices_effects, action):
     """The positive control: the same requests from alice succeed."""
     response = _act(alice, action, alices_effects)

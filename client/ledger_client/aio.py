@@ -214,6 +214,10 @@ class AsyncLedger:
         call = protocol.heartbeat(effect_id, lease_token, self.lease_seconds)
         return protocol.parse(EffectRecord, await self._send(call))
 
+    async def end_lease(self, effect_id: str, owner: str) -> EffectRecord:
+        call = protocol.end_lease(effect_id, owner)
+        return protocol.parse(EffectRecord, await self._send(call))
+
     async def report(
         self, effect_id: str, lease_token: str, outcome: Mapping[str, Any]
     ) -> EffectRecord:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 from ledger_client.aio import AsyncLedger
 from ledger_client.errors import LedgerNotConfigured
+from ledger_client.holders import process_owner
 from ledger_client.sync import Ledger
 
 
@@ -34,7 +34,7 @@ class LedgerConfig:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def _options(self) -> dict[str, Any]:
-        owner = self.owner or f"{socket.gethostname()}:{os.getpid()}"
+        owner = self.owner or process_owner()
         return {
             "owner": owner,
             "lease_seconds": self.lease_seconds,

@@ -171,6 +171,10 @@ def heartbeat(effect_id: str, token: str, lease_seconds: int) -> Call:
     return Call("POST", f"/effects/{effect_id}/heartbeat", body)
 
 
+def end_lease(effect_id: str, owner: str) -> Call:
+    return Call("POST", f"/effects/{effect_id}/end-lease", {"owner": owner})
+
+
 def outcome(effect_id: str, body: Mapping[str, Any]) -> Call:
     return Call("POST", f"/effects/{effect_id}/outcome", body)
 

@@ -5,7 +5,9 @@ A guarded call met again after a crash finds its effect in doubt: `dispatching` 
 process's lease, `unknown`, or `awaiting_confirmation`. The guard then waits here, bounded by
 its `settle_timeout`:
 - while the lease runs, on the ledger's long poll (a live worker may still report; a dead one's
-  lease simply ends, and `lost_leases` gives its attempt back, ledger/sql/lost_leases.sql);
+  lease simply ends, and `lost_leases` gives its attempt back, ledger/sql/lost_leases.sql),
+  unless the lease is this host's dead predecessor's (`ledger_client.holders`): that one it
+  ends at once (`end_lease`);
 - once it is lost, asking `recover(run_id)` every `NUDGE` seconds, which lets the ledger move
   it on at once (back to `planned` where a resend is safe, or to a lookup at the provider)
   rather than at its next sweep, and waiting on the long poll in between.
@@ -17,11 +19,13 @@ is `review` (an operator decides: waiting longer would not help), or at the dead
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import UTC, datetime
 
 from ledger_client.aio import AsyncLedger
-from ledger_client.errors import NeedsReview
+from ledger_client.errors import LedgerRequestError, NeedsReview
+from ledger_client.holders import holder_gone
 from ledger_client.models import EffectRecord, RecoveryPlan
 from ledger_client.sync import Ledger
 
@@ -50,6 +54,14 @@ def _next_wait(record: EffectRecord, left: float) -> float:
     return min(left, lease + 1.0 if lease > 0 else NUDGE)
 
 
+def _gone_holder(record: EffectRecord) -> str | None:
+    """The owner of the live lease `record` shows, when that process is certainly gone
+    (`ledger_client.holders`): its lease need not be waited out."""
+    if _lease_left(record) > 0 and holder_gone(record.lease_owner):
+        return record.lease_owner
+    return None
+
+
 def settled(ledger: Ledger, hold: NeedsReview, run_id: str, deadline: float) -> bool:
     """Wait until `deadline` (a `time.monotonic()` value) for the effect `hold` names to leave
     doubt. True: ask for it again (it is settled); False: it names no effect, an operator must
@@ -59,6 +71,9 @@ def settled(ledger: Ledger, hold: NeedsReview, run_id: str, deadline: float) -> 
         left = deadline - time.monotonic()
         if left < 1:
             return False
+        if owner := _gone_holder(record):
+            with contextlib.suppress(LedgerRequestError):  # moved first, or an older ledger
+                record = ledger.end_lease(record.id, owner)
         if _lease_left(record) == 0 and _for_review(ledger.recover(run_id), record.id):
             return False
         record = ledger.wait_for_change(
@@ -74,6 +89,9 @@ async def asettled(ledger: AsyncLedger, hold: NeedsReview, run_id: str, deadline
         left = deadline - time.monotonic()
         if left < 1:
             return False
+        if owner := _gone_holder(record):
+            with contextlib.suppress(LedgerRequestError):  # moved first, or an older ledger
+                record = await ledger.end_lease(record.id, owner)
         if _lease_left(record) == 0 and _for_review(await ledger.recover(run_id), record.id):
             return False
         record = await ledger.wait_for_change(

@@ -224,6 +224,12 @@ class Ledger:
         call = protocol.heartbeat(effect_id, lease_token, self.lease_seconds)
         return protocol.parse(EffectRecord, self.transport.send(call))
 
+    def end_lease(self, effect_id: str, owner: str) -> EffectRecord:
+        """End the live lease of `owner`, a process of yours that is gone (its claim's attempt
+        comes back and recovery takes the effect up); 409 `stale_lease` if it holds none."""
+        call = protocol.end_lease(effect_id, owner)
+        return protocol.parse(EffectRecord, self.transport.send(call))
+
     def report(self, effect_id: str, lease_token: str, outcome: Mapping[str, Any]) -> EffectRecord:
         """Report an outcome for a claim made with `claim` (`outcome`: status and its fields)."""
         call = protocol.outcome(effect_id, {"lease_token": lease_token, **outcome})

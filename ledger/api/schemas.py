@@ -141,6 +141,13 @@ class HeartbeatIn(Input):
     lease_seconds: LeaseSeconds | None = None
 
 
+class EndLeaseIn(Input):
+    """Whose lease to end: the `lease_owner` the effect shows, a process of the caller's that
+    is gone."""
+
+    owner: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(scrub_cards)]
+
+
 class OutcomeIn(Input):
     lease_token: Annotated[str, Field(min_length=1, max_length=64)]
     status: Literal["confirmed", "failed", "unknown", "awaiting_confirmation", "not_sent"]

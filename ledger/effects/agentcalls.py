@@ -129,6 +129,14 @@ def renew_lease(
     return Renewed(effect, upstream_of(effect), claimed=True, halt=halt)
 
 
+def end_gone_lease(agent: Agent, effect_id: uuid.UUID, *, owner: str) -> Answer:
+    """End the live lease of `owner`, a process of the caller's that is gone
+    (`transitions.end_lease`); the effect's recovery can then begin at once."""
+    effect = own_effect(agent, effect_id)
+    _agents_to_act_on(effect)
+    return answer(transitions.end_lease(effect, owner=owner, actor=actor_of(agent)))
+
+
 def report_outcome(
     agent: Agent,
     effect_id: uuid.UUID,

@@ -561,3 +561,30 @@ def heartbeat(effect: Effect, *, token: str, lease_seconds: int) -> Effect:
     if extended is None:
         raise StaleLease("The lease has expired or belongs to another claim.")
     return extended
+
+
+def end_lease(effect: Effect, *, owner: str, actor: str) -> Effect:
+    """End now the live lease `owner` holds on `effect`, as if it had run out: its holder is
+    gone (a restarted process found its predecessor's claim). Only the lease changes; the
+    effect stays `dispatching` until recovery moves it on, exactly as after an expiry, so that
+    the lost claim's attempt comes back (`ledger/sql/lost_leases.sql`) and nothing is resent
+    before the provider is asked. A lease of another owner, or one already over, is refused."""
+    sql = (
+        f"UPDATE {_EFFECT_TABLE} SET lease_expires_at = now(), version = version + 1, "
+        f"updated_at = now() WHERE id = %s AND status = '{Status.DISPATCHING.value}' "
+        f"AND lease_owner = %s AND lease_expires_at > now() RETURNING *"
+    )
+    with transaction.atomic():
+        ended = one_effect(sql, [effect.id, owner])
+        if ended is None:
+            raise StaleLease(f"The effect holds no live lease of {owner!r} to end.")
+        record_event(
+            effect.id,
+            kind=EventKind.LEASE_ENDED,
+            actor=actor,
+            from_status=Status.DISPATCHING.value,
+            to_status=Status.DISPATCHING.value,
+            reason="lease ended: its holder is gone",
+            data={"owner": owner, "claim_id": ended.claim_id},
+        )
+    return ended

@@ -272,6 +272,9 @@ class EventKind(models.TextChoices):
     # The effect repeats an earlier one's request in its run under another key
     # (`ledger.containment.repeated`): a possible duplicate, raised once.
     REPEATED = "repeated"
+    # A live lease ended before its time because its holder is gone: the process that claimed
+    # it died and its successor said so (`ledger.effects.transitions.end_lease`).
+    LEASE_ENDED = "lease_ended"
 
 
 class EffectEvent(models.Model):

@@ -23,6 +23,7 @@ from ledger.api.schemas import (
     ClaimIn,
     EffectOut,
     EffectPage,
+    EndLeaseIn,
     HeartbeatIn,
     HeartbeatOut,
     IntentIn,
@@ -86,6 +87,18 @@ def heartbeat_effect(
     )
     halt = shown_halt(renewed.halt) if renewed.halt else None
     return {**answer_dict(renewed, agent.name), "halt": halt}
+
+
+@router.post(
+    "/effects/{effect_id}/end-lease",
+    response={200: EffectOut, **ERRORS},
+    summary="End the live lease of a process of yours that is gone; recovery takes it up",
+    operation_id="endLease",
+    tags=["effects"],
+)
+def end_lease(request: HttpRequest, effect_id: uuid.UUID, payload: EndLeaseIn) -> dict[str, Any]:
+    agent = agent_of(request)
+    return answer_dict(agentcalls.end_gone_lease(agent, effect_id, owner=payload.owner), agent.name)
 
 
 @router.post(
