@@ -21,6 +21,7 @@ from ledger.policy.toolfile import ToolFileError
 from reconcilers.providers import adapter_for
 from reconcilers.providers.checks import check_tool
 from reconcilers.providers.github import marker
+from reconcilers.providers.outcomes import ListingBroken
 from reconcilers.reconcile import process_one
 from tests.factories import lease_ran_out
 from tests.providers.github_support import REPO, TOOL, declare, opened, request, seed
@@ -340,10 +341,11 @@ def test_a_window_lists_every_issue_opened_in_it_with_its_key(github, issue_tool
     seed(github, "noise", None, time.time(), copies=110)
 
     listing = adapter_for(issue_tool).list_window(start, timezone.now() + timedelta(seconds=2))
+    records = list(listing.records)  # streamed: the pages are fetched as it is read
 
     assert listing.complete, listing.detail
-    assert len(listing.records) == 113
-    keyed = {r.reference: r.provider_ref for r in listing.records if r.reference}
+    assert len(records) == 113
+    keyed = {r.reference: r.provider_ref for r in records if r.reference}
     assert keyed == {
         first.idempotency_key: sent[0]["provider_ref"],
         second.idempotency_key: sent[1]["provider_ref"],
@@ -356,7 +358,40 @@ def test_a_window_with_a_page_missing_is_incomplete(github, issue_tool):
 
     listing = adapter_for(issue_tool).list_window(start, timezone.now())
 
-    assert not listing.complete and "403" in listing.detail
+    assert listing.complete  # complete unless reading it breaks off, as it does
+    with pytest.raises(ListingBroken, match="GitHub answered 403"):
+        list(listing.records)
+
+
+def test_a_windows_pages_are_fetched_as_the_issues_before_them_are_read(github, issue_tool):
+    """The listing holds one page at a time: the first page's issues are read before GitHub
+    refuses, and the refusal shows only when the next page is wanted."""
+    start = timezone.now() - timedelta(seconds=2)
+    seed(github, "noise", None, time.time(), copies=110)  # two pages of 100
+
+    listing = adapter_for(issue_tool).list_window(start, timezone.now() + timedelta(seconds=2))
+    records = iter(listing.records)
+    first_page = [next(records) for _ in range(100)]
+    github.http.post("/_sandbox/rate-limit", json={"count": 1, "status": 429, "retry_after": 60})
+
+    assert listing.complete and len({r.provider_ref for r in first_page}) == 100
+    with pytest.raises(ListingBroken, match="GitHub answered 429"):
+        next(records)
+
+
+def test_a_window_longer_than_its_page_bound_is_not_complete(github, issue_tool):
+    start = timezone.now() - timedelta(seconds=2)
+    seed(github, "noise", None, time.time(), copies=110)
+    issue_tool.reconciler_config = {**issue_tool.reconciler_config, "window_max_pages": 1}
+    issue_tool.save()
+
+    listing = adapter_for(issue_tool).list_window(start, timezone.now() + timedelta(seconds=2))
+    records = iter(listing.records)
+    first_page = [next(records) for _ in range(100)]
+
+    assert listing.complete and len(first_page) == 100
+    with pytest.raises(ListingBroken, match="more than 1 pages of issues"):
+        next(records)
 
 
 # --- loadtools ----------------------------------------------------------------------------
@@ -402,6 +437,7 @@ def test_loadtools_refuses_a_tool_declaring_more_than_github_backs(
         ({"repo": ".."}, "repo must be"),
         ({"base_url": "ftp://github.example"}, "base_url must be"),
         ({"clock_skew": 7200}, "clock_skew must be"),
+        ({"window_max_pages": 0}, "window_max_pages must be a whole number from 1 to 100000"),
     ],
 )
 def test_loadtools_refuses_a_configuration_github_cannot_use(config, problem):

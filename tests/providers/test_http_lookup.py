@@ -15,6 +15,7 @@ from ledger.effects.recovery import database_now
 from ledger.models import Effect
 from reconcilers.providers import adapter_for
 from reconcilers.providers.checks import check_tool
+from reconcilers.providers.outcomes import ListingBroken
 from reconcilers.reconcile import process_one
 from tests.factories import lost
 
@@ -161,9 +162,10 @@ def test_a_window_listing_follows_link_headers_to_the_last_page(search, secrets,
     )
 
     listing = adapter_for(tools["charge_card"]).list_window(start, timezone.now())
+    records = list(listing.records)  # streamed: the pages are fetched as it is read
 
     assert listing.complete, listing.detail
-    assert sorted(r.provider_ref for r in listing.records) == sorted(m["id"] for m in made)
+    assert sorted(r.provider_ref for r in records) == sorted(m["id"] for m in made)
 
 
 def test_a_page_lost_on_the_way_leaves_the_window_incomplete(search, secrets, tools):
@@ -183,7 +185,66 @@ def test_a_page_lost_on_the_way_leaves_the_window_incomplete(search, secrets, to
 
     listing = adapter_for(tools["charge_card"]).list_window(start, timezone.now())
 
-    assert not listing.complete
+    assert listing.complete  # complete unless reading it breaks off, as it does
+    with pytest.raises(ListingBroken, match="not JSON"):
+        list(listing.records)
+
+
+def window(tool, search, per_page: int, **config: Any) -> None:
+    """The tool's window listing pointed at the fake, in pages of `per_page`."""
+    configure(
+        tool,
+        search,
+        auth="bearer",
+        token_env="SEARCH_TOKEN",
+        paging="cursor",
+        cursor="meta.next_cursor",
+        window_url=(
+            f"{search.url}/window?start={{start}}&end={{end}}&per_page={per_page}&paging=cursor"
+        ),
+        created="created_at",
+        **config,
+    )
+
+
+def test_a_windows_pages_are_fetched_as_the_records_before_them_are_read(search, secrets, tools):
+    """The listing holds one page at a time: the first page is read before the provider asks
+    to be asked later, and that shows only when the next page is wanted."""
+    window(tools["charge_card"], search, per_page=2)
+    start = timezone.now() - timedelta(seconds=1)
+    made = seed(search, "ref-a", n=5)
+
+    listing = adapter_for(tools["charge_card"]).list_window(start, timezone.now())
+    records = iter(listing.records)
+    first_page = [next(records).provider_ref, next(records).provider_ref]
+    search.http.post("/_sandbox/throttle", json={"requests": 1, "retry_after": 30})
+
+    assert listing.complete and first_page == [m["id"] for m in made[:2]]
+    with pytest.raises(ListingBroken, match="429"):
+        next(records)
+
+
+def test_a_window_longer_than_its_page_bound_is_not_complete(search, secrets, tools):
+    window(tools["charge_card"], search, per_page=1, window_max_pages=2)
+    start = timezone.now() - timedelta(seconds=1)
+    made = seed(search, "ref-a", n=3)
+
+    listing = adapter_for(tools["charge_card"]).list_window(start, timezone.now())
+    records = iter(listing.records)
+    first_pages = [next(records).provider_ref, next(records).provider_ref]
+
+    assert listing.complete and first_pages == [m["id"] for m in made[:2]]
+    with pytest.raises(ListingBroken, match="more than 2 pages"):
+        next(records)
+
+
+def test_a_window_is_not_asked_for_without_its_credential(search, tools, monkeypatch):
+    window(tools["charge_card"], search, per_page=2)
+    monkeypatch.delenv("SEARCH_TOKEN", raising=False)
+
+    listing = adapter_for(tools["charge_card"]).list_window(timezone.now(), timezone.now())
+
+    assert not listing.complete and "token_env" in listing.detail
 
 
 @pytest.mark.parametrize(
@@ -196,6 +257,7 @@ def test_a_page_lost_on_the_way_leaves_the_window_incomplete(search, secrets, to
         ({"auth": "oauth"}, "auth must be one of"),
         ({"paging": "cursor"}, 'paging = "cursor" needs cursor'),
         ({"url": "http://x.invalid/search"}, "url must be a template with {idempotency_key}"),
+        ({"window_max_pages": 0}, "window_max_pages must be a whole number from 1 to 100000"),
     ],
 )
 def test_loadtools_refuses_what_the_lookup_could_not_use(config, problem):

@@ -20,6 +20,7 @@ from ledger.models import Effect
 from ledger.policy.toolfile import ToolFileError
 from reconcilers.providers import adapter_for
 from reconcilers.providers.checks import check_tool
+from reconcilers.providers.outcomes import ListingBroken
 from reconcilers.providers.slack import history
 from reconcilers.reconcile import process_one
 from tests.providers.slack_support import OTHER_CHANNEL, declare, post, rate_limit
@@ -279,18 +280,65 @@ def test_list_window_lists_every_message_of_ours_in_the_window(slack, slack_tool
     end = datetime.now(UTC) + timedelta(seconds=1)
 
     listing = adapter_for(slack_tool).list_window(start, end)
+    records = list(listing.records)  # streamed: the pages are fetched as it is read
     before = adapter_for(slack_tool).list_window(start - timedelta(hours=1), start)
+    earlier = list(before.records)
     slack.set_faults(fail5xx=503)
     failed = adapter_for(slack_tool).list_window(start, end)
 
     assert listing.complete
-    assert [(r.provider_ref, r.reference) for r in listing.records] == [
+    assert [(r.provider_ref, r.reference) for r in records] == [
         (refs[0], first.idempotency_key),
         (refs[1], second.idempotency_key),
     ]
-    assert all(start <= r.occurred_at < end for r in listing.records)
-    assert before.complete and before.records == ()
-    assert not failed.complete and "503" in failed.detail
+    assert all(start <= r.occurred_at < end for r in records)
+    assert before.complete and earlier == []
+    # A page Slack does not hand over stops the listing: nothing in the window is concluded.
+    assert failed.complete
+    with pytest.raises(ListingBroken, match="503"):
+        list(failed.records)
+
+
+def test_a_windows_pages_are_fetched_as_the_records_before_them_are_read(
+    slack, slack_tool, make_message, monkeypatch
+):
+    """The listing holds one page at a time: the first page is read before Slack refuses, and
+    the refusal shows only when the next page is wanted."""
+    monkeypatch.setattr(history, "PAGE", 2)
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    refs = [post(slack, make_message("unknown"))["provider_ref"] for _ in range(5)]
+    end = datetime.now(UTC) + timedelta(seconds=1)
+
+    listing = adapter_for(slack_tool).list_window(start, end)
+    records = iter(listing.records)
+    first_page = [next(records).provider_ref, next(records).provider_ref]
+    rate_limit(slack, count=1, retry_after=20)
+
+    assert listing.complete and first_page == refs[3:]  # the newest page, oldest first
+    with pytest.raises(ListingBroken, match="ratelimited"):
+        next(records)
+    whole = adapter_for(slack_tool).list_window(start, end)  # asked again, answered
+    assert sorted(r.provider_ref for r in whole.records) == sorted(refs)
+
+
+def test_a_window_longer_than_its_page_bound_is_not_complete(
+    slack, slack_tool, make_message, monkeypatch
+):
+    monkeypatch.setattr(history, "PAGE", 2)
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    for _ in range(5):
+        post(slack, make_message("unknown"))  # three pages
+    end = datetime.now(UTC) + timedelta(seconds=1)
+    slack_tool.reconciler_config = {**slack_tool.reconciler_config, "window_max_pages": 2}
+    slack_tool.save()
+
+    listing = adapter_for(slack_tool).list_window(start, end)
+    records = iter(listing.records)
+    first_pages = [next(records) for _ in range(4)]
+
+    assert listing.complete and len(first_pages) == 4
+    with pytest.raises(ListingBroken, match="more than 2 pages of 2 messages"):
+        next(records)
 
 
 # --- what loadtools refuses -------------------------------------------------------------------
@@ -318,9 +366,14 @@ def test_list_window_lists_every_message_of_ours_in_the_window(slack, slack_tool
             {"reconciler_config": {"channel": "C0LEDGER01", "token_env": "T", "chanel": "C1"}},
             "reconciler_config: chanel is not a setting of the slack adapter",
         ),
+        (
+            {"reconciler_config": {"channel": "C0LEDGER01", "token_env": "T",
+                                   "window_max_pages": 0}},
+            "reconciler_config: window_max_pages must be a whole number from 1 to 100000",
+        ),
     ],
     ids=["honours-key", "search-lag", "horizon", "channel-name", "no-token", "inline-token",
-         "unknown-key"],
+         "unknown-key", "window-pages"],
 )  # fmt: skip
 def test_loadtools_refuses_what_slack_cannot_back(tmp_path, tools, changes, message):
     with pytest.raises(ToolFileError, match=message):

@@ -17,13 +17,15 @@ Configured per tool, e.g. in tools.toml:
 `base_url` defaults to https://api.github.com (GitHub Enterprise Server: https://HOST/api/v3),
 `token_env` names the variable holding a token that can read the repository's issues (a table
 by mode is allowed), `timeout` is seconds per request, `clock_skew` the seconds the window
-reaches back before the effect was recorded (default 300, at most 3600).
+reaches back before the effect was recorded (default 300, at most 3600), `window_max_pages`
+the pages of 100 issues a window listing for restore mode may take (default 10,000).
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,6 +36,7 @@ from reconcilers.providers.github.callbacks import GitHubWebhooks
 from reconcilers.providers.github.issues import AskLater, Issue, Repository
 from reconcilers.providers.outcomes import (
     Listing,
+    ListingBroken,
     Lookup,
     Record,
     duplicate,
@@ -47,6 +50,8 @@ if TYPE_CHECKING:
 
 DEFAULT_BASE_URL = "https://api.github.com"
 DEFAULT_SKEW = 300
+# Pages of issues one window listing may take (the configuration may set 1 to 100,000).
+WINDOW_MAX_PAGES = 10_000
 _OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")
 _REPO = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
@@ -85,6 +90,9 @@ class GitHubIssues(AdapterBase):
         skew = config.get("clock_skew", DEFAULT_SKEW)
         if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 3600:
             problems.append("clock_skew must be a number of seconds from 0 to 3600")
+        most = config.get("window_max_pages", WINDOW_MAX_PAGES)
+        if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 100_000:
+            problems.append("window_max_pages must be a whole number from 1 to 100000")
         return problems
 
     def _repository(self) -> Repository | str:
@@ -142,16 +150,29 @@ class GitHubIssues(AdapterBase):
 
     def list_window(self, start: datetime, end: datetime) -> Listing:
         """Every issue opened in [start, end), each with the key its marker carries ("" for an
-        issue without one), for restore mode."""
+        issue without one), for restore mode. Streamed: a page is fetched when the issues
+        before it have been read, so a window of any size holds one page in memory; a page
+        GitHub does not hand over (an error, a rate limit, an issue it cannot read), or more
+        than `window_max_pages` of them (default 10,000), raises `ListingBroken`."""
         repository = self._repository()
         if isinstance(repository, str):
             return Listing(False, detail=repository)
+        most = int(self.config.get("window_max_pages", WINDOW_MAX_PAGES))
+        return Listing(True, _stream(repository.created_since(start, most), end))
+
+
+def _stream(listed: Iterator[Issue], end: datetime) -> Iterator[Record]:
+    """The issues opened before `end` as they come, pull requests left out; `ListingBroken`
+    where a page could not be had."""
+    while True:
         try:
-            listed = list(repository.created_since(start))
+            issue = next(listed, None)
         except AskLater as later:
-            return Listing(False, detail=later.detail)
-        issues = [i for i in listed if not i.pull_request and i.created_at < end]
-        return Listing(True, tuple(_record(issue) for issue in issues))
+            raise ListingBroken(later.detail) from None
+        if issue is None:
+            return
+        if not issue.pull_request and issue.created_at < end:
+            yield _record(issue)
 
 
 def _distinct(tags: list[marker.Marker]) -> list[marker.Marker]:

@@ -12,7 +12,9 @@ window, the order being newest first. Pull requests are in the same list (they c
 Anything short of every page of well-formed issues is `AskLater`: a 403 or 429 from a
 (secondary) rate limit with the wait it asks for (`Retry-After`, or `x-ratelimit-reset` when
 `x-ratelimit-remaining` is 0), any other status, an answer that is not a JSON list of issues,
-a broken connection, a `Link` to another host, more than MAX_PAGES pages.
+a broken connection, a `Link` to another host, more pages than the caller allows (a lookup:
+MAX_PAGES). The pages are fetched one at a time as the issues are taken, so a walk holds one
+page in memory, whatever its length.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-# Pages of 100 one listing may follow before it gives up (and is asked again later).
+# Pages of 100 one lookup's listing may follow before it gives up (and is asked again later).
 MAX_PAGES = 100
 PER_PAGE = 100
 _LINK = re.compile(r'<([^>]*)>\s*;\s*rel="?([a-z]+)"?')
@@ -139,9 +141,10 @@ class Repository:
             per_page=PER_PAGE,
         )
 
-    def created_since(self, start: datetime) -> Iterator[Issue]:
+    def created_since(self, start: datetime, most: int = MAX_PAGES) -> Iterator[Issue]:
         """Every issue and pull request created at or after `start`, newest first, over all
-        pages; `AskLater` as soon as a page is missing or unreadable."""
+        pages (at most `most`), a page fetched when the issues before it have been taken;
+        `AskLater` as soon as a page is missing or unreadable."""
         # GitHub's times are whole seconds: an issue of second `start` is in the window.
         start = start.replace(microsecond=0)
         url: str | None = self.path
@@ -152,8 +155,10 @@ class Repository:
             "since": timestamp(start),
             "per_page": PER_PAGE,
         }
-        seen: set[str] = set()
-        for _ in range(MAX_PAGES):
+        # The creation time of the last issue taken, and the issues taken that share it.
+        oldest: datetime | None = None
+        alike: set[str] = set()
+        for _ in range(most):
             headers, page = self._get(url or "", params)
             if not isinstance(page, list):
                 raise AskLater("GitHub's answer is not a list of issues")
@@ -167,13 +172,18 @@ class Repository:
                 if found.created_at < start:
                     return
                 # Offset pages shift when an issue is opened meanwhile: one may come twice.
-                if found.node_id not in seen:
-                    seen.add(found.node_id)
-                    yield found
+                # The list is newest first, so an issue taken before is no older than the
+                # last one taken: only those of its second need remembering.
+                if oldest is None or found.created_at < oldest:
+                    oldest, alike = found.created_at, set()
+                elif found.created_at > oldest or found.node_id in alike:
+                    continue
+                alike.add(found.node_id)
+                yield found
             url, params = _next(headers), None
             if url is None:
                 return
-        raise AskLater(f"more than {MAX_PAGES} pages of issues")
+        raise AskLater(f"more than {most} pages of issues")
 
     def _get(self, url: str, params: dict[str, Any] | None) -> tuple[dict[str, Any], Any]:
         from github import GithubException

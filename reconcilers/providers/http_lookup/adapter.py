@@ -17,11 +17,13 @@ list answer, every page of it, can (`lookup_proves_absence`). Credentials and pa
 
 With `window_url` (a template with {start} and {end}) it also lists what the provider created in
 a window, for restore mode (`list_window`); `created` is the path of each record's creation time
-(ISO 8601).
+(ISO 8601). Such a listing is streamed a page at a time, at most `window_max_pages` pages
+(default 10,000).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -34,6 +36,7 @@ from reconcilers.providers.http_lookup.calls import AskLater
 from reconcilers.providers.http_lookup.calls import at as _at
 from reconcilers.providers.outcomes import (
     Listing,
+    ListingBroken,
     Lookup,
     Record,
     duplicate,
@@ -41,6 +44,9 @@ from reconcilers.providers.outcomes import (
     inconclusive,
     not_found,
 )
+
+# Pages one window listing may take (the configuration may set 1 to 100,000).
+WINDOW_MAX_PAGES = 10_000
 
 
 @dataclass
@@ -60,7 +66,7 @@ class HttpLookup(AdapterBase):
 
     @classmethod
     def config_problems(cls, config: dict[str, Any], mode: str) -> list[str]:
-        problems = calls.config_problems(config)
+        problems = calls.config_problems(config) + _window_problems(config)
         url = config.get("url")
         if not isinstance(url, str) or "{idempotency_key}" not in url:
             problems.append("url must be a template with {idempotency_key}")
@@ -125,27 +131,50 @@ class HttpLookup(AdapterBase):
     def list_window(self, start: datetime, end: datetime) -> Listing:
         """Every record the provider created in [start, end), when a `window_url` template
         with {start} and {end} (ISO 8601, UTC) is configured; pages followed through the
-        configured paging."""
+        configured paging. Streamed: a page is fetched when the records before it have been
+        read, so a window of any size holds one page in memory; a page the provider does not
+        hand over (an error, a 429, an answer without a list, a record the ledger cannot
+        read), or more than `window_max_pages` of them (default 10,000), raises
+        `ListingBroken`."""
         template = self.config.get("window_url")
         if not isinstance(template, str) or "{start}" not in template or "{end}" not in template:
             return Listing(False, detail="http_lookup needs a window_url with {start} and {end}")
+        if problem := self._unready():
+            return Listing(False, detail=problem)
         url = template.replace("{start}", quote(start.isoformat(), safe="")).replace(
             "{end}", quote(end.isoformat(), safe="")
         )
-        records: list[Record] = []
-        try:
-            for page in calls.pages(url, self.config, self.mode):
-                found_here = _at(page.body, self.config.get("records", "data"))
-                if not isinstance(found_here, list) or not all(
-                    isinstance(r, dict) for r in found_here
-                ):
-                    return Listing(False, detail="an answer has no list")
-                records += [self._record(r) for r in found_here]
-        except AskLater as later:
-            return Listing(False, detail=later.detail)
-        except (TypeError, ValueError) as exc:
-            return Listing(False, detail=f"a record the ledger cannot read ({exc})")
-        return Listing(True, tuple(records))
+        most = int(self.config.get("window_max_pages", WINDOW_MAX_PAGES))
+        return Listing(True, self._stream(calls.pages(url, self.config, self.mode, most)))
+
+    def _unready(self) -> str:
+        """Why a window cannot be asked for ("" when it can): a configuration short of what
+        its credentials and paging need, or a credential whose variable is not set."""
+        if problems := calls.config_problems(self.config) + _window_problems(self.config):
+            return "; ".join(problems)
+        auth = self.config.get("auth", "")
+        needed = ("username", "password") if auth == "basic" else ("token",) if auth else ()
+        unset = [f"{key}_env" for key in needed if not self.secret(key)]
+        return f"a credential's variable is not set ({', '.join(unset)})" if unset else ""
+
+    def _stream(self, pages: Iterator[calls.Page]) -> Iterator[Record]:
+        """The records of each page as it comes; `ListingBroken` where a page could not be
+        had or read."""
+        while True:
+            try:
+                page = next(pages, None)
+            except AskLater as later:
+                raise ListingBroken(later.detail) from None
+            if page is None:
+                return
+            found_here = _at(page.body, self.config.get("records", "data"))
+            if not isinstance(found_here, list) or not all(isinstance(r, dict) for r in found_here):
+                raise ListingBroken("an answer has no list")
+            try:
+                records = [self._record(r) for r in found_here]
+            except (TypeError, ValueError) as exc:
+                raise ListingBroken(f"a record the ledger cannot read ({exc})") from None
+            yield from records
 
     def _record(self, record: dict[str, Any]) -> Record:
         ref = _at(record, self.config.get("ref", "id"))
@@ -165,3 +194,10 @@ class HttpLookup(AdapterBase):
             currency="",
             occurred_at=occurred if occurred.tzinfo else occurred.replace(tzinfo=UTC),
         )
+
+
+def _window_problems(config: dict[str, Any]) -> list[str]:
+    most = config.get("window_max_pages", WINDOW_MAX_PAGES)
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 100_000:
+        return ["window_max_pages must be a whole number from 1 to 100000"]
+    return []

@@ -30,7 +30,8 @@ from reconcilers.providers.base import http_client, secret
 
 AUTH = ("", "bearer", "basic", "header")
 PAGING = ("", "next", "cursor", "link")
-# Pages one search or listing may follow before it gives up (and is asked again later).
+# Pages one search may follow before it gives up (and is asked again later); a window listing
+# sets its own bound.
 MAX_PAGES = 500
 _HEADER_NAME = frozenset(
     "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -144,12 +145,13 @@ def answer(url: str, config: dict[str, Any], mode: str) -> Page:
         raise AskLater("provider answered something that is not JSON") from None
 
 
-def pages(url: str, config: dict[str, Any], mode: str) -> Iterator[Page]:
-    """Every page of an answer, as the configured paging follows them; `AskLater` when a page
-    is missing or there are more than MAX_PAGES (anything short of every page proves nothing)."""
+def pages(url: str, config: dict[str, Any], mode: str, most: int = MAX_PAGES) -> Iterator[Page]:
+    """Every page of an answer, as the configured paging follows them, each fetched when the
+    one before it has been taken; `AskLater` when a page is missing or there are more than
+    `most` (anything short of every page proves nothing)."""
     # A `next` path alone (as configured before `paging` existed) means paging by next links.
     paging = config.get("paging") or ("next" if config.get("next") else "")
-    for _ in range(MAX_PAGES):
+    for _ in range(most):
         page = answer(url, config, mode)
         yield page
         if paging == "next":
@@ -173,4 +175,4 @@ def pages(url: str, config: dict[str, Any], mode: str) -> Iterator[Page]:
         if not isinstance(following, str):
             raise AskLater("the provider's next page is not a URL")
         url = urljoin(url, following)
-    raise AskLater(f"more than {MAX_PAGES} pages")
+    raise AskLater(f"more than {most} pages")

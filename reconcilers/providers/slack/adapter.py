@@ -8,7 +8,8 @@ Configured per tool, e.g. in tools.toml:
 
 `channel` is the channel's ID (history is read by ID, not by name), `token_env` names the
 variable holding the bot token (scopes `chat:write` and the channel's `*:history`),
-`base_url` defaults to Slack's Web API and `timeout` to 5 seconds.
+`base_url` defaults to Slack's Web API, `timeout` to 5 seconds and `window_max_pages` (the pages
+of history a window listing for restore mode may take) to 10,000.
 
 The lookup reads the channel's history from the effect's creation (less `CLOCK_ALLOWANCE`)
 to now (plus it), every page, and looks for messages carrying the effect's key in their
@@ -21,6 +22,7 @@ retention) and why the adapter declares a search lag: docs/providers/slack.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -30,6 +32,7 @@ from ledger.models import Effect
 from reconcilers.providers.base import AdapterBase, Backing, secret_variable
 from reconcilers.providers.outcomes import (
     Listing,
+    ListingBroken,
     Lookup,
     Record,
     duplicate,
@@ -51,7 +54,9 @@ HORIZON = timedelta(days=90)
 # Slack stamps a message with its own clock: the window is widened by this much each side.
 CLOCK_ALLOWANCE = timedelta(seconds=60)
 _CHANNEL = re.compile(r"[CGD][A-Z0-9]{8,20}")
-_KEYS = {"channel", "base_url", "token_env", "timeout"}
+_KEYS = {"channel", "base_url", "token_env", "timeout", "window_max_pages"}
+# Pages of history one window listing may take (the configuration may set 1 to 100,000).
+WINDOW_MAX_PAGES = 10_000
 
 
 @dataclass
@@ -90,18 +95,27 @@ class Slack(AdapterBase):
                 f"token_env must name the environment variable holding the bot token "
                 f"(a name, or a table with a {mode!r} entry)"
             )
+        if problem := _window_problem(config):
+            problems.append(problem)
         return problems
 
     def _client(self) -> Any:
         base_url = self.config.get("base_url") or DEFAULT_BASE_URL
         return history.client(str(base_url), self.secret("token"), self.timeout)
 
-    def _read(self, start: datetime, end: datetime) -> list[dict] | Lookup:
+    def _unready(self) -> str:
+        """Why the channel's history cannot be asked for ("" when it can)."""
         channel = self.config.get("channel")
         if not isinstance(channel, str) or not channel:
-            return inconclusive("no channel configured for the slack adapter")
+            return "no channel configured for the slack adapter"
         if not self.secret("token"):
-            return inconclusive("the bot token's environment variable is not set")
+            return "the bot token's environment variable is not set"
+        return ""
+
+    def _read(self, start: datetime, end: datetime) -> list[dict] | Lookup:
+        if problem := self._unready():
+            return inconclusive(problem)
+        channel = str(self.config["channel"])
         try:
             return history.read_window(self._client(), channel, _ts(start), _ts(end))
         except Unread as unread:
@@ -126,22 +140,53 @@ class Slack(AdapterBase):
 
     def list_window(self, start: datetime, end: datetime) -> Listing:
         """Every message with our metadata posted in [start, end): its key as the reference
-        (none when the metadata cannot be read: no effect explains such a message)."""
-        read = self._read(start, end)
-        if isinstance(read, Lookup):
-            return Listing(False, detail=read.detail)
-        records = []
-        for message in reversed(read):  # oldest first
-            try:
-                mine = history.ours(message)
-                reference = mine.key if mine else None
-            except ValueError:
-                reference = ""
-            stamp = history.timestamp(message["ts"])
-            if reference is None or stamp >= _ts(end):
-                continue
-            records.append(_record(str(message["ts"]), reference, stamp))
-        return Listing(True, tuple(records))
+        (none when the metadata cannot be read: no effect explains such a message). Streamed:
+        a page of history is fetched when the records before it have been read, so a window
+        of any size holds one page in memory; a page Slack does not hand over (an error, a
+        rate limit, a page not of Slack's shape), or more than `window_max_pages` of them
+        (default 10,000), raises `ListingBroken`. Slack lists newest first: each page's
+        records come oldest first, the pages from the newest to the oldest."""
+        if problem := self._unready() or _window_problem(self.config):
+            return Listing(False, detail=problem)
+        most = int(self.config.get("window_max_pages", WINDOW_MAX_PAGES))
+        channel, oldest, latest = str(self.config["channel"]), _ts(start), _ts(end)
+        pages = history.pages(self._client(), channel, oldest, latest, most)
+        return Listing(True, _stream(pages, latest))
+
+
+def _window_problem(config: dict[str, Any]) -> str:
+    most = config.get("window_max_pages", WINDOW_MAX_PAGES)
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 100_000:
+        return "window_max_pages must be a whole number from 1 to 100000"
+    return ""
+
+
+def _stream(pages: Iterator[list[dict]], latest: Decimal) -> Iterator[Record]:
+    """The records of each page as it comes; `ListingBroken` where a page could not be had."""
+    while True:
+        try:
+            page = next(pages, None)
+        except Unread as unread:
+            raise ListingBroken(unread.detail) from None
+        if page is None:
+            return
+        yield from _records(page, latest)
+
+
+def _records(page: list[dict], latest: Decimal) -> list[Record]:
+    """A page's messages with our metadata from before `latest`, oldest first."""
+    records = []
+    for message in reversed(page):
+        try:
+            mine = history.ours(message)
+            reference = mine.key if mine else None
+        except ValueError:
+            reference = ""
+        stamp = history.timestamp(message["ts"])
+        if reference is None or stamp >= latest:
+            continue
+        records.append(_record(str(message["ts"]), reference, stamp))
+    return records
 
 
 def _judge(effect: Effect, mine: Ours) -> Lookup:

@@ -4,8 +4,9 @@
 `include_all_metadata=true` lists the channel's messages newest first, a page at a time,
 following `response_metadata.next_cursor` while `has_more`. Only a window read to its last
 page is a listing; anything short of that (an error, a rate limit, a page that is not the
-shape Slack documents, a page that ignores the window, too many pages) raises `Unread`, and
-the caller answers inconclusive.
+shape Slack documents, a page that ignores the window, too many pages) raises `Unread`: a
+lookup answers inconclusive, and a window listing, which takes the pages one at a time as it is
+read (`pages`), breaks off.
 
 The effect's identity is the message's metadata: `event_type` `EVENT_TYPE` and an
 `event_payload` with the idempotency key (`ledger_key`) and the effect's id
@@ -17,6 +18,7 @@ imports every adapter at startup.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
@@ -69,15 +71,24 @@ def client(base_url: str, token: str, timeout: float) -> WebClient:
 
 
 def read_window(web: WebClient, channel: str, oldest: Decimal, latest: Decimal) -> list[dict]:
-    """Every message of `channel` whose ts is in [oldest, latest], or `Unread`."""
-    messages: list[dict] = []
+    """Every message of `channel` whose ts is in [oldest, latest], or `Unread` (a lookup's
+    reading: at most MAX_PAGES pages)."""
+    return [message for page in pages(web, channel, oldest, latest, MAX_PAGES) for message in page]
+
+
+def pages(
+    web: WebClient, channel: str, oldest: Decimal, latest: Decimal, most: int
+) -> Iterator[list[dict]]:
+    """Each page of `channel`'s messages whose ts is in [oldest, latest], newest first, fetched
+    when the one before it has been taken; `Unread` in place of a page that cannot be had, or
+    of a page beyond the `most`th."""
     cursor = ""
-    for _ in range(MAX_PAGES):
+    for _ in range(most):
         page, cursor = _page(web, channel, oldest, latest, cursor)
-        messages += page
+        yield page
         if not cursor:
-            return messages
-    raise Unread(f"the window holds more than {MAX_PAGES} pages of {PAGE} messages")
+            return
+    raise Unread(f"the window holds more than {most} pages of {PAGE} messages")
 
 
 def ours(message: dict[str, Any]) -> Ours | None:
