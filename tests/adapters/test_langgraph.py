@@ -225,14 +225,19 @@ def test_the_end_users_rejection_cancels_the_effect(on_stage, runner):
     assert on_stage.charges() == [] and lg.CALLS["charge_card"] == 0
 
 
-def lose_the_answer(stage: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+def lose_the_answer(
+    stage: Any, monkeypatch: pytest.MonkeyPatch, runner: str = "invoke", **middleware: Any
+) -> Any:
     """A first run whose charge gets no answer: the guard reports `unknown`."""
     graph = lg.agent(
-        [calls(lg.pay("call_pay", "25.00"))], [lg.charge_card], checkpointer=InMemorySaver()
+        [calls(lg.pay("call_pay", "25.00"))],
+        [charge_tool(runner)],
+        checkpointer=InMemorySaver(),
+        **middleware,
     )
     monkeypatch.setenv("SANDBOX_PAYMENTS_URL", "http://127.0.0.1:9")  # the response is lost
     with pytest.raises(httpx.ConnectError):
-        run(graph, "invoke", lg.USER)
+        run(graph, runner, lg.USER)
     assert stage.effects("charge_card")[0].status == "unknown"
     monkeypatch.setenv("SANDBOX_PAYMENTS_URL", stage.payments.url)
     return graph
@@ -254,8 +259,32 @@ def test_a_resumed_call_in_doubt_waits_for_the_ledger_then_runs_once(
     assert lg.CALLS["charge_card"] == 2  # the lost call, and the one that charged
 
 
-def test_an_effect_an_operator_must_decide_tells_the_model_not_known_yet(on_stage, monkeypatch):
-    graph = lose_the_answer(on_stage, monkeypatch)
+@SYNC_ASYNC
+def test_an_effect_an_operator_must_decide_pauses_the_graph_until_they_have(
+    on_stage, monkeypatch, runner
+):
+    graph = lose_the_answer(on_stage, monkeypatch, runner)
+    (effect,) = on_stage.effects("charge_card")
+    open_review(effect.id, Reason.INCONCLUSIVE)  # a person decides: waiting would not help
+    pause = pause_of(run(graph, runner, None))
+    assert (pause["kind"], pause["effect_id"]) == ("effect_ledger.review", str(effect.id))
+    assert pause["status"] == "unknown" and pause["tool_call_id"] == "call_pay"
+    # Resumed before anyone decided: paused again, and saying so; nothing ran meanwhile.
+    again = pause_of(run(graph, runner, Command(resume="go on")))
+    assert again["message"].startswith("No operator has decided yet")
+    assert on_stage.charges() == [] and sum(lg.CALLS.values()) == 1
+    # The operator finds it never reached the provider and retries it: resumed, it runs once.
+    on_stage._decide(effect.id, "retry")
+    result = run(graph, runner, Command(resume="go on"))
+    message = lg.tool_messages(result)["call_pay"]
+    (charge,) = on_stage.charges()
+    assert message.status == "success" and charge["id"] in message.content
+    assert on_stage.effects("charge_card")[0].status == "confirmed"
+    assert sum(lg.CALLS.values()) == 2  # the lost call, and the one the operator allowed
+
+
+def test_without_pausing_for_review_the_model_is_told_not_known_yet(on_stage, monkeypatch):
+    graph = lose_the_answer(on_stage, monkeypatch, pause_for_review=False)
     (effect,) = on_stage.effects("charge_card")
     open_review(effect.id, Reason.INCONCLUSIVE)  # a person decides: waiting would not help
     result = run(graph, "invoke", None)

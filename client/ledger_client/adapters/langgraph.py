@@ -20,10 +20,14 @@ new `tool_call_id` after a crash lost its first answer (LangGraph's default dura
 the checkpoint after the step), meet their own effect. Resume with LangGraph's own
 `invoke(None, config)`: a call whose effect is in doubt waits for the ledger to settle it (the
 guard's `settle_timeout`), then returns the recorded result or runs. The ledger's holds become
-LangGraph's own: an effect that waits for an operator's approval becomes `interrupt({...})`;
-one an operator must decide becomes a tool message telling the model the outcome is not known
-yet and not to retry. The end user's answer to that interrupt never approves anything in the
-ledger: "approve" only waits (`wait_for_decision`) for the operator, "reject" cancels the effect.
+LangGraph's own: an effect that waits for an operator's approval becomes `interrupt({...})`,
+and so does one in doubt that an operator must decide (a review item is open): the graph pauses
+until it is resumed, and then goes on with what the operator decided (the recorded result, the
+call run now, or a message that it was not done). The end user's answer to the approval
+interrupt never approves anything in the ledger: "approve" only waits (`wait_for_decision`) for
+the operator, "reject" cancels the effect. With `pause_for_review=False` an effect an operator
+must decide becomes a tool message telling the model the outcome is not known yet and not to
+retry.
 
 Unguarded tools that share one `ToolNode` task with a guarded call (a plain `ToolNode` runs
 every call of a model turn in one task, and LangGraph re-runs the whole task on resume) have
@@ -59,6 +63,7 @@ from ledger_client.adapters.langgraph_replies import (
     read_answer,
     refused,
     rejected_by_operator,
+    review_request,
 )
 from ledger_client.aio import AsyncLedger
 from ledger_client.canonical import canonical
@@ -67,9 +72,10 @@ from ledger_client.errors import (
     ApprovalPending,
     EffectRefused,
     LedgerRequestError,
+    NeedsReview,
 )
 from ledger_client.guard import GuardSpec, register_context_annotation, register_context_type
-from ledger_client.models import EffectRecord
+from ledger_client.models import EffectRecord, RecoveryPlan
 from ledger_client.sync import Ledger
 
 __all__ = ["REMEMBERED", "LedgerMiddleware", "LedgerState", "approval_request"]
@@ -116,8 +122,10 @@ class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
     `ledger` / `async_ledger`: where to wait for decisions and cancel (default: the guard's own
     ledger, else the process default). `approval_wait`: seconds to wait for the operator after
     the end user answered "approve"; if the operator has not decided by then, the graph pauses
-    again with a fresh interrupt. `remember_siblings=False` turns off the store-backed memory of
-    unguarded results (see the module docstring) and accepts that they may run twice.
+    again with a fresh interrupt. `pause_for_review=False` answers the model "not known yet"
+    instead of pausing while an operator decides an effect in doubt. `remember_siblings=False`
+    turns off the store-backed memory of unguarded results (see the module docstring) and
+    accepts that they may run twice.
     """
 
     def __init__(
@@ -126,12 +134,14 @@ class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
         ledger: Ledger | None = None,
         async_ledger: AsyncLedger | None = None,
         approval_wait: float = 30.0,
+        pause_for_review: bool = True,
         remember_siblings: bool = True,
     ) -> None:
         super().__init__()
         self.ledger = ledger
         self.async_ledger = async_ledger
         self.approval_wait = approval_wait
+        self.pause_for_review = pause_for_review
         self.remember_siblings = remember_siblings
         self._siblings = _Siblings()
 
@@ -156,6 +166,7 @@ class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
             return self._guarded(request, handler, spec)
 
     def _guarded(self, request: ToolCallRequest, handler: Handler, spec: GuardSpec) -> Result:
+        waited = False
         while True:
             try:
                 return handler(request)
@@ -163,11 +174,26 @@ class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
                 if not hold.effect_id:
                     return refused(request, hold)
                 settled = self._hold(request, hold, self._sync_ledger(spec))
+            except NeedsReview as refusal:
+                if not self._for_operator(refusal, self._sync_ledger(spec)):
+                    return refused(request, refusal)
+                # Paused until resumed; then the guard asks the ledger again.
+                interrupt(review_request(request, refusal, waited))
+                waited, settled = True, None
             except EffectRefused as refusal:
                 return refused(request, refusal)
             if settled is not None:
                 return settled
-            # An operator approved: the guard claims the effect and runs the tool once.
+            # An operator approved or decided: the guard asks again, and runs the tool at most
+            # once.
+
+    def _for_operator(self, refusal: NeedsReview, ledger: Ledger) -> bool:
+        """Does an operator decide this effect (the ledger's plan for it is `review`)?"""
+        effect = refusal.effect
+        if not self.pause_for_review or effect is None:
+            return False
+        plan = ledger.recover(effect.run_id, dry_run=True)
+        return any(i.effect.id == effect.id and i.action == "review" for i in plan)
 
     def _hold(
         self, request: ToolCallRequest, hold: ApprovalPending, ledger: Ledger
@@ -220,6 +246,7 @@ class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
     async def _aguarded(
         self, request: ToolCallRequest, handler: AsyncHandler, spec: GuardSpec
     ) -> Result:
+        waited = False
         while True:
             try:
                 return await handler(request)
@@ -227,22 +254,37 @@ class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
                 if not hold.effect_id:
                     return refused(request, hold)
                 settled = await self._ahold(request, hold, self._async_ledger(spec))
+            except NeedsReview as refusal:
+                if not await self._afor_operator(refusal, self._async_ledger(spec)):
+                    return refused(request, refusal)
+                await self._apause(request, review_request(request, refusal, waited))
+                waited, settled = True, None
             except EffectRefused as refusal:
                 return refused(request, refusal)
             if settled is not None:
                 return settled
+
+    async def _afor_operator(self, refusal: NeedsReview, ledger: AsyncLedger | _Threaded) -> bool:
+        effect = refusal.effect
+        if not self.pause_for_review or effect is None:
+            return False
+        plan = await ledger.recover(effect.run_id, dry_run=True)
+        return any(i.effect.id == effect.id and i.action == "review" for i in plan)
+
+    async def _apause(self, request: ToolCallRequest, shown: dict[str, Any]) -> Any:
+        try:
+            return interrupt(shown)
+        except GraphInterrupt:
+            # asyncio.gather would abandon this ToolNode task's other calls mid-flight.
+            await self._siblings.finished(request)
+            raise
 
     async def _ahold(
         self, request: ToolCallRequest, hold: ApprovalPending, ledger: AsyncLedger | _Threaded
     ) -> ToolMessage | None:
         waited = False
         while True:
-            try:
-                value = interrupt(approval_request(request, hold, waited))
-            except GraphInterrupt:
-                # asyncio.gather would abandon this ToolNode task's other calls mid-flight.
-                await self._siblings.finished(request)
-                raise
+            value = await self._apause(request, approval_request(request, hold, waited))
             answer = read_answer(value, hold)
             if answer is None:
                 continue
@@ -318,6 +360,9 @@ class _Threaded:
         return await asyncio.to_thread(
             lambda: self.ledger.wait_for_decision(effect_id, timeout=timeout)
         )
+
+    async def recover(self, run_id: str, *, dry_run: bool = False) -> RecoveryPlan:
+        return await asyncio.to_thread(lambda: self.ledger.recover(run_id, dry_run=dry_run))
 
 
 class _Siblings:

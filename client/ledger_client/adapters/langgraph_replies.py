@@ -1,6 +1,7 @@
 """What the LangGraph middleware (`ledger_client.adapters.langgraph`) tells the graph: the
-interrupt that shows the end user an effect awaiting an operator's approval, how their answer is
-read, and the tool messages that tell the model what became of a call it must not retry."""
+interrupts that show an effect awaiting an operator's approval or decision, how the end user's
+answer is read, and the tool messages that tell the model what became of a call it must not
+retry."""
 
 from __future__ import annotations
 
@@ -89,6 +90,38 @@ def read_answer(value: Any, hold: ApprovalPending) -> Answer | None:
     if value is False or (isinstance(value, str) and value.lower() in {REJECT, "rejected"}):
         return Answer(approve=False, reason=reason or "rejected by the agent's user")
     return None
+
+
+# --- effects an operator decides ---------------------------------------------------------------
+
+
+def review_request(
+    request: ToolCallRequest, refusal: NeedsReview, waited: bool = False
+) -> dict[str, Any]:
+    """What the interrupt shows while an operator decides what became of an effect in doubt:
+    the effect, and that resuming the graph (with any value) goes on with their decision."""
+    effect = refusal.effect
+    tool = effect.tool if effect is not None else request.tool_call["name"]
+    target = effect.target if effect is not None else ""
+    effect_id = effect.id if effect is not None else None
+    amount, currency = _amount(effect)
+    what = f"{tool} of {amount} {currency}".rstrip() if amount is not None else tool
+    note = "No operator has decided yet. " if waited else ""
+    return {
+        "kind": "effect_ledger.review",
+        "effect_id": effect_id,
+        "status": refusal.status,
+        "tool": tool,
+        "target": target,
+        "amount": amount,
+        "currency": currency,
+        "tool_call_id": request.tool_call.get("id"),
+        "message": (
+            f"{note}{what} to {target or 'its target'} is {refusal.status} in the ledger: it "
+            f"may already have happened, and an operator decides what it became (effect "
+            f"{effect_id}). Resume the graph once they have: it goes on with their decision."
+        ),
+    }
 
 
 # --- tool messages ----------------------------------------------------------------------------
