@@ -18,6 +18,7 @@ from django.utils import timezone
 from devstack.providers.stripe import caller
 from ledger.models import Tool
 from reconcilers.providers import adapter_for
+from tests.providers import stripe_examples
 from tests.providers.stripe_support import (
     CHARGE,
     TARGET,
@@ -97,6 +98,22 @@ def test_the_faces_raw_answers_are_what_the_sdk_builds_its_objects_from(stripe_s
     assert intent.metadata.ledger_key == "raw-1" and intent.object == "payment_intent"
     assert isinstance(page.data[0], stripe.PaymentIntent) and page.data[0].id == intent.id
     assert page.url == "/v1/payment_intents" and page.has_more is False
+
+
+def test_the_faces_objects_have_the_fields_of_stripes_own_examples(stripe_sandbox):
+    client = sdk(stripe_sandbox)
+    intent = client.v1.payment_intents.create(params=intent_params("ex-1"))
+    client.v1.refunds.create(params={"payment_intent": intent.id, "amount": 100})
+    events = stripe_sandbox.http.get("/_sandbox/stripe/events").json()["data"]
+
+    [stored_intent] = objects(stripe_sandbox)
+    [stored_refund] = objects(stripe_sandbox, "refund")
+    assert set(stored_intent) == stripe_examples.PAYMENT_INTENT
+    assert set(stored_refund) == stripe_examples.REFUND
+    assert events and all(set(event) == stripe_examples.EVENT for event in events)
+    # And what the SDK builds from them carries every field.
+    retrieved = client.v1.payment_intents.retrieve(intent.id).to_dict()
+    assert set(retrieved) == stripe_examples.PAYMENT_INTENT
 
 
 def test_a_declined_card_is_a_card_error_naming_its_payment_intent(stripe_sandbox):

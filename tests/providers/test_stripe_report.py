@@ -21,6 +21,7 @@ from ledger.statements.formats import named, register
 from reconcilers.providers.outcomes import StatementFetchError
 from reconcilers.providers.stripe import reporting
 from reconcilers.providers.stripe.report import NAME, PAYMENT_KEY, REFUND_KEY, REPORT
+from tests.providers import stripe_examples
 from tests.test_statements_support import day, db_now, dispatched, load_tools, run_import
 
 COLUMNS = list(reporting.COLUMNS)
@@ -244,6 +245,9 @@ def test_what_the_sandbox_answers_is_what_the_sdk_parses(reporting_api):
     reporting_api.wait_for(lambda: sdk.v1.reporting.report_runs.retrieve(run.id).result)
     done = sdk.v1.reporting.report_runs.retrieve(run.id)
     assert done.status == "succeeded" and isinstance(done.result, stripe.File)
+    # Shaped as Stripe's own example objects (`stripe_examples`).
+    assert set(done.to_dict()) == stripe_examples.REPORT_RUN
+    assert set(done.result.to_dict()) == stripe_examples.FILE
     assert (done.result.purpose, done.result.type) == ("finance_report_run", "csv")
     assert done.result.url == f"{reporting_api.url}/v1/files/{done.result.id}/contents"
     with pytest.raises(stripe.InvalidRequestError):
