@@ -22,16 +22,26 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import ledger_client.config
 import pytest
 from django.db import connection
 from ledger_client import LedgerUnavailable, guarded
 from ledger_client.adapters.pydantic_ai import LedgerCapability
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolDenied,
+    capture_run_messages,
+)
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
+from ledger.models import Reason
+from ledger.rules.reviewqueue import open_review
 from tests.adapters.agents import pydantic_ai_shop as shop
 
 AGENT = Path(__file__).resolve().parent / "agents" / "pydantic_ai_agent.py"
@@ -220,6 +230,67 @@ def test_an_operators_rejection_charges_nothing(on_stage: Any) -> None:
     assert result["outcome"] == "failed" and "Do not retry" in result["content"]
     assert on_stage.charges() == [] and shop.RAN == []
     assert [e.status for e in on_stage.effects("charge_card")] == ["cancelled"]
+
+
+def _lost_answer(stage: Any, monkeypatch: pytest.MonkeyPatch, agent: Any) -> list[Any]:
+    """A first run whose charge gets no answer (the guard reports `unknown`), its history as
+    saved after its last node: up to the model's response with the call, as after a crash
+    (the framework adds an "interrupted" result when the run raises instead)."""
+    monkeypatch.setenv("SANDBOX_PAYMENTS_URL", "http://127.0.0.1:9")
+    with capture_run_messages() as messages, pytest.raises(httpx.ConnectError):
+        agent.run_sync("Pay the invoice.")
+    monkeypatch.setenv("SANDBOX_PAYMENTS_URL", stage.payments.url)
+    assert [e.status for e in stage.effects("charge_card")] == ["unknown"]
+    last = max(i for i, m in enumerate(messages) if isinstance(m, ModelResponse))
+    return list(messages[: last + 1])
+
+
+def test_an_effect_an_operator_must_decide_is_deferred_until_they_have(
+    on_stage: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = shop.build(
+        [[("charge_card", shop.charge("25.00"), "call_pay")]],
+        capability=LedgerCapability(operator_wait=1),
+    )
+    lost = _lost_answer(on_stage, monkeypatch, agent)
+    [effect] = on_stage.effects("charge_card")
+    open_review(effect.id, Reason.INCONCLUSIVE)  # a person decides: waiting would not help
+
+    paused = agent.run_sync(message_history=lost)  # the framework's own resume
+    assert isinstance(paused.output, DeferredToolRequests)
+    assert [c.tool_call_id for c in paused.output.approvals] == ["call_pay"]
+    shown = paused.output.metadata["call_pay"]
+    assert (shown["ledger_status"], shown["ledger_effect_id"]) == ("review", str(effect.id))
+    # Answered before anyone decided: deferred again, and nothing ran.
+    again = agent.run_sync(
+        message_history=paused.all_messages(), deferred_tool_results=approve("call_pay")
+    )
+    assert isinstance(again.output, DeferredToolRequests) and on_stage.charges() == []
+    # The operator finds it never reached the provider and retries it: it runs once.
+    on_stage._decide(effect.id, "retry")
+    done = agent.run_sync(
+        message_history=again.all_messages(), deferred_tool_results=approve("call_pay")
+    )
+    assert isinstance(done.output, str)
+    [charge] = on_stage.charges()
+    assert results(done)[-1]["content"]["id"] == charge["id"]
+    assert [e.status for e in on_stage.effects("charge_card")] == ["confirmed"]
+
+
+def test_without_pausing_for_review_the_model_is_told_not_known_yet(
+    on_stage: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = shop.build(
+        [[("charge_card", shop.charge("25.00"), "call_pay")]],
+        capability=LedgerCapability(pause_for_review=False),
+    )
+    lost = _lost_answer(on_stage, monkeypatch, agent)
+    [effect] = on_stage.effects("charge_card")
+    open_review(effect.id, Reason.INCONCLUSIVE)
+    done = agent.run_sync(message_history=lost)
+    [result] = results(done)
+    assert result["outcome"] == "failed" and "Outcome not known yet" in result["content"]
+    assert on_stage.charges() == []
 
 
 def test_the_users_denial_cancels_the_effect(on_stage: Any) -> None:

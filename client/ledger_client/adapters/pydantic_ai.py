@@ -31,9 +31,16 @@ The ledger's holds become the framework's answers:
   still undecided, the call is deferred again). Only an operator approves. The end user's
   `ToolDenied` cancels the effect.
 - in doubt after a crash: the guard waits (its `settle_timeout`) for the ledger to settle it,
-  then returns the recorded result or runs the call; what an operator must decide, in flight
-  elsewhere, closed, halted, over a limit, blocked: a failed tool result (`ToolFailed`) telling
-  the model not to retry. Never `ModelRetry`: a retried call comes back in another response.
+  then returns the recorded result or runs the call;
+- in doubt, and an operator must decide what it became (a review item is open): deferred as
+  well (`ApprovalRequired`, metadata `ledger_status` "review"), until the application answers
+  it with `ToolApproved` once the operator has decided; the call then goes on with that
+  decision (the recorded result, the call run now, or a failed result), or is deferred again
+  while no one has decided (after waiting up to `operator_wait` seconds for them).
+  `LedgerCapability(pause_for_review=False)` answers with a failed result instead;
+- in flight elsewhere, closed, halted, over a limit, blocked: a failed tool result
+  (`ToolFailed`) telling the model not to retry. Never `ModelRetry`: a retried call comes back
+  in another response.
 - a ledger that does not answer: `LedgerUnavailable` ends the run; the tool was not run.
 """
 
@@ -163,6 +170,24 @@ def _refusal_text(refused: EffectRefused) -> str:
     return f"The ledger holds this action{effect}: it {why}. Do not retry this call. {refused}"
 
 
+def _review_metadata(held: NeedsReview) -> dict[str, Any]:
+    """What `DeferredToolRequests.metadata` carries for a call an operator must settle."""
+    effect = held.effect
+    metadata: dict[str, Any] = {
+        "ledger_effect_id": effect.id if effect is not None else None,
+        "ledger_status": "review",
+        "ledger_effect_status": held.status,
+        "decided_by": "an operator, in the ledger; answer ToolApproved once they have",
+    }
+    if effect is not None:
+        metadata.update(
+            ledger_tool=effect.tool,
+            ledger_target=effect.target,
+            ledger_request=effect.request if isinstance(effect.request, dict) else None,
+        )
+    return metadata
+
+
 def _approval_metadata(hold: ApprovalPending) -> dict[str, Any]:
     """What `DeferredToolRequests.metadata` carries for a call awaiting an operator."""
     metadata: dict[str, Any] = {
@@ -187,11 +212,14 @@ class LedgerToolset(WrapperToolset[Any]):
 
     `ledger`: where to wait for an operator's decision (default: the process's configuration).
     `run_id`: the durable run identity (default: the conversation id).
-    `operator_wait`: how long an end user's approval waits for the operator, in seconds."""
+    `operator_wait`: how long an end user's approval waits for the operator, in seconds.
+    `pause_for_review`: defer a call whose effect an operator must settle (else a failed
+    result)."""
 
     ledger: AdapterLedger | None = None
     run_id: RunIdentity | None = None
     operator_wait: float = DEFAULT_OPERATOR_WAIT
+    pause_for_review: bool = True
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -227,6 +255,42 @@ class LedgerToolset(WrapperToolset[Any]):
                 return await self.wrapped.call_tool(name, tool_args, ctx, tool)
         except ApprovalPending as hold:
             raise ApprovalRequired(_approval_metadata(hold)) from None
+        except NeedsReview as held:
+            if not await self._for_operator(held):
+                raise ToolFailed(_refusal_text(held)) from None
+            return await self._after_review(held, name, tool_args, ctx, tool)
+        except EffectRefused as refused:
+            raise ToolFailed(_refusal_text(refused)) from None
+
+    async def _for_operator(self, held: NeedsReview) -> bool:
+        """Does an operator decide this effect (the ledger's plan for it is `review`)?"""
+        effect = held.effect
+        if not self.pause_for_review or effect is None:
+            return False
+        plan = await _client(self.ledger).recover(effect.run_id, dry_run=True)
+        return any(i.effect.id == effect.id and i.action == "review" for i in plan)
+
+    async def _after_review(
+        self,
+        held: NeedsReview,
+        name: str,
+        tool_args: dict[str, Any],
+        ctx: RunContext[Any],
+        tool: ToolsetTool[Any],
+    ) -> Any:
+        """Deferred until the application answers `ToolApproved`; then, once the effect has
+        left the state it was held in (waiting up to `operator_wait`), the call again."""
+        effect = held.effect
+        if not ctx.tool_call_approved or effect is None:
+            raise ApprovalRequired(_review_metadata(held))
+        if self.operator_wait > 0:
+            await _client(self.ledger).wait_for_change(
+                effect.id, status=effect.status, timeout=self.operator_wait
+            )
+        try:
+            return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+        except NeedsReview as still:
+            raise ApprovalRequired(_review_metadata(still)) from None
         except EffectRefused as refused:
             raise ToolFailed(_refusal_text(refused)) from None
 
@@ -244,6 +308,7 @@ class LedgerCapability(AbstractCapability[Any]):
     ledger: AdapterLedger | None = None
     run_id: RunIdentity | None = None
     operator_wait: float = DEFAULT_OPERATOR_WAIT
+    pause_for_review: bool = True
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -251,7 +316,11 @@ class LedgerCapability(AbstractCapability[Any]):
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any]:
         return LedgerToolset(
-            toolset, ledger=self.ledger, run_id=self.run_id, operator_wait=self.operator_wait
+            toolset,
+            ledger=self.ledger,
+            run_id=self.run_id,
+            operator_wait=self.operator_wait,
+            pause_for_review=self.pause_for_review,
         )
 
     async def after_node_run(self, ctx: RunContext[Any], *, node: Any, result: Any) -> Any:
