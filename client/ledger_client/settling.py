@@ -45,7 +45,8 @@ def _lease_left(record: EffectRecord) -> float:
     return max(0.0, (expires - datetime.now(UTC)).total_seconds())
 
 
-def _for_review(plan: RecoveryPlan, effect_id: str) -> bool:
+def for_review(plan: RecoveryPlan, effect_id: str) -> bool:
+    """Is the ledger's plan for `effect_id` a review (an operator decides it)?"""
     return any(item.effect.id == effect_id and item.action == "review" for item in plan)
 
 
@@ -74,7 +75,7 @@ def settled(ledger: Ledger, hold: NeedsReview, run_id: str, deadline: float) -> 
         if owner := _gone_holder(record):
             with contextlib.suppress(LedgerRequestError):  # moved first, or an older ledger
                 record = ledger.end_lease(record.id, owner)
-        if _lease_left(record) == 0 and _for_review(ledger.recover(run_id), record.id):
+        if _lease_left(record) == 0 and for_review(ledger.recover(run_id), record.id):
             return False
         record = ledger.wait_for_change(
             record.id, status=record.status, timeout=_next_wait(record, left)
@@ -92,7 +93,7 @@ async def asettled(ledger: AsyncLedger, hold: NeedsReview, run_id: str, deadline
         if owner := _gone_holder(record):
             with contextlib.suppress(LedgerRequestError):  # moved first, or an older ledger
                 record = await ledger.end_lease(record.id, owner)
-        if _lease_left(record) == 0 and _for_review(await ledger.recover(run_id), record.id):
+        if _lease_left(record) == 0 and for_review(await ledger.recover(run_id), record.id):
             return False
         record = await ledger.wait_for_change(
             record.id, status=record.status, timeout=_next_wait(record, left)

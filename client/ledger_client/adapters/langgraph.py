@@ -76,6 +76,7 @@ from ledger_client.errors import (
 )
 from ledger_client.guard import GuardSpec, register_context_annotation, register_context_type
 from ledger_client.models import EffectRecord, RecoveryPlan
+from ledger_client.settling import for_review
 from ledger_client.sync import Ledger
 
 __all__ = ["REMEMBERED", "LedgerMiddleware", "LedgerState", "approval_request"]
@@ -193,7 +194,7 @@ class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
         if not self.pause_for_review or effect is None:
             return False
         plan = ledger.recover(effect.run_id, dry_run=True)
-        return any(i.effect.id == effect.id and i.action == "review" for i in plan)
+        return for_review(plan, effect.id)
 
     def _hold(
         self, request: ToolCallRequest, hold: ApprovalPending, ledger: Ledger
@@ -269,7 +270,7 @@ class LedgerMiddleware(AgentMiddleware[LedgerState, Any, Any]):
         if not self.pause_for_review or effect is None:
             return False
         plan = await ledger.recover(effect.run_id, dry_run=True)
-        return any(i.effect.id == effect.id and i.action == "review" for i in plan)
+        return for_review(plan, effect.id)
 
     async def _apause(self, request: ToolCallRequest, shown: dict[str, Any]) -> Any:
         try:

@@ -74,6 +74,7 @@ from ledger_client.errors import (
     OperatorDecided,
 )
 from ledger_client.guard import GuardSpec, register_context_type
+from ledger_client.settling import for_review
 
 __all__ = ["LedgerCapability", "LedgerToolset", "RunIdentity", "conversation_run_id"]
 
@@ -268,7 +269,7 @@ class LedgerToolset(WrapperToolset[Any]):
         if not self.pause_for_review or effect is None:
             return False
         plan = await _client(self.ledger).recover(effect.run_id, dry_run=True)
-        return any(i.effect.id == effect.id and i.action == "review" for i in plan)
+        return for_review(plan, effect.id)
 
     async def _after_review(
         self,
