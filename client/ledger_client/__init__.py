@@ -20,6 +20,7 @@ review queue, one item with the decisions offered, and decisions under the pages
 """
 
 from ledger_client.aio import AsyncEffectBlock, AsyncLedger
+from ledger_client.behind import flush
 from ledger_client.config import LedgerConfig, configure
 from ledger_client.context import (
     StepIdentity,
@@ -134,6 +135,7 @@ __all__ = [
     "configure",
     "current_effect",
     "current_step",
+    "flush",
     "guarded",
     "ordinal_among",
     "register_context_annotation",

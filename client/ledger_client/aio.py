@@ -21,11 +21,13 @@ from typing import Any
 import httpx
 
 from ledger_client import protocol
+from ledger_client.behind import Reporter
 from ledger_client.effect import AsyncEffect
 from ledger_client.errors import LedgerRequestError, NeedsReview, OutcomeMissing
 from ledger_client.heartbeat import TaskHeartbeat
 from ledger_client.models import EffectPage, EffectRecord, Health, RecoveryPlan
 from ledger_client.protocol import Call, Failure, Retry
+from ledger_client.sync import Transport
 from ledger_client.tracing import trace_headers
 
 
@@ -47,11 +49,37 @@ class AsyncTransport:
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": protocol.USER_AGENT},
             timeout=timeout,
         )
+        self._behind: Reporter | None = None
+        self._behind_transport: Transport | None = None
+
+    @property
+    def behind(self) -> Reporter:
+        """The thread this client's confirmations are written behind on: a sync transport of
+        its own to the same address with the same key, so that a confirmation still goes out
+        when the event loop has ended (`ledger_client.behind`)."""
+        if self._behind is None:
+            http = httpx.Client(
+                base_url=self.http.base_url,
+                headers=self.http.headers,
+                timeout=self.http.timeout,
+            )
+            self._behind_transport = Transport("", "", timeout=0, retry=self.retry, http=http)
+            self._behind = Reporter(self._behind_transport.send)
+        return self._behind
 
     async def aclose(self) -> None:
+        await self._drained()
+        if self._behind_transport is not None:
+            self._behind_transport.close()
         await self.http.aclose()
 
+    async def _drained(self) -> None:
+        if self._behind is not None and self._behind.pending:
+            await asyncio.to_thread(self._behind.drain)
+
     async def send(self, call: Call) -> dict[str, Any]:
+        """Send `call` once the confirmations handed over before it are in."""
+        await self._drained()
         attempt = 0
         while True:
             attempt += 1

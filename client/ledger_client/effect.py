@@ -25,6 +25,7 @@ from ledger_client.models import EffectRecord, Halt
 
 if TYPE_CHECKING:
     from ledger_client.aio import AsyncTransport
+    from ledger_client.behind import Reporter
     from ledger_client.heartbeat import Heartbeat
     from ledger_client.sync import Transport
 
@@ -133,6 +134,16 @@ class EffectHandle:
         if record is not None:
             self.record = protocol.parse(EffectRecord, record)
 
+    def _hand_over(self, body: dict[str, Any], reporter: Reporter) -> EffectRecord:
+        """The outcome taken as reported, its report sent behind by `reporter`."""
+        self._settled(body, None)
+        reporter.submit(self.id, protocol.outcome(self.id, body), self._recorded)
+        return self.record
+
+    def _recorded(self, record: dict[str, Any] | None) -> None:
+        if record is not None:
+            self.record = protocol.parse(EffectRecord, record)
+
     def _stale(self, body: dict[str, Any], exc: LedgerRequestError) -> LeaseLost:
         self._settled(body, None)
         return protocol.stale(self.id, str(body["status"]), exc.detail, self.lease_lost)
@@ -187,9 +198,18 @@ class Effect(EffectHandle):
         super().__init__(record, replayed=replayed, heartbeat=heartbeat)
         self._transport = transport
 
-    def confirm(self, provider_ref: str, response: Any = None) -> EffectRecord:
-        """The provider did it; `provider_ref` is its id for the result (a charge id)."""
-        record = self._report(confirmed(provider_ref, response))
+    def confirm(
+        self, provider_ref: str, response: Any = None, *, wait: bool = True
+    ) -> EffectRecord:
+        """The provider did it; `provider_ref` is its id for the result (a charge id).
+        `wait=False` hands the report to the client's background thread and returns at once
+        (`ledger_client.behind`): the client's next request waits for it."""
+        if wait:
+            record = self._report(confirmed(provider_ref, response))
+        else:
+            body = self._body(confirmed(provider_ref, response))
+            self.stop_heartbeat()
+            record = self._hand_over(body, self._transport.behind)
         self.result = response
         return record
 
@@ -267,8 +287,15 @@ class AsyncEffect(EffectHandle):
         super().__init__(record, replayed=replayed, heartbeat=heartbeat)
         self._transport = transport
 
-    async def confirm(self, provider_ref: str, response: Any = None) -> EffectRecord:
-        record = await self._report(confirmed(provider_ref, response))
+    async def confirm(
+        self, provider_ref: str, response: Any = None, *, wait: bool = True
+    ) -> EffectRecord:
+        if wait:
+            record = await self._report(confirmed(provider_ref, response))
+        else:
+            body = self._body(confirmed(provider_ref, response))
+            await self.stop_heartbeat()
+            record = self._hand_over(body, self._transport.behind)
         self.result = response
         return record
 

@@ -13,8 +13,9 @@ A call records the intent and claims it in one request to the ledger, under the 
 its adapter bound (`ledger_client.context.bind_step`), with the bound arguments as the request
 (`ledger_client.canonical`). Then:
 - claimed: the function runs; what it returns is confirmed (its `provider_ref` is
-  `provider_ref(result)`, by default the result's `id`); an exception reports `unknown` (or
-  `not_sent` for `NotSent`) and is re-raised;
+  `provider_ref(result)`, by default the result's `id`), the confirmation written behind while
+  the result goes back (`ledger_client.behind`; `confirm_behind=False` waits for it); an
+  exception reports `unknown` (or `not_sent` for `NotSent`) and is re-raised;
 - confirmed already (a replay after a crash, a resumed graph, a re-issued call): the function
   is not called and the recorded result is returned;
 - in doubt (met again after a crash: under a dead process's lease, `unknown`): the guard waits,
@@ -130,6 +131,8 @@ class GuardSpec:
     ledger: AnyLedger | None = None
     # Seconds to wait for the ledger to settle an effect in doubt (0: raise at once).
     settle_timeout: float = 300.0
+    # Write the confirmation behind, while the result goes back (`ledger_client.behind`).
+    confirm_behind: bool = True
 
     def sync_ledger(self) -> Ledger:
         """The sync client this guard uses (for an adapter's own calls: cancel, wait)."""
@@ -211,7 +214,7 @@ class GuardSpec:
                         _unreported(exc, effect.id, report_error)
                 raise
         if effect.outcome is None:
-            effect.confirm(self.provider_ref(result), lenient(result))
+            effect.confirm(self.provider_ref(result), lenient(result), wait=not self.confirm_behind)
         return result
 
     async def arun(
@@ -256,7 +259,8 @@ class GuardSpec:
                         _unreported(exc, effect.id, report_error)
                 raise
         if effect.outcome is None:
-            await effect.confirm(self.provider_ref(result), lenient(result))
+            ref = self.provider_ref(result)
+            await effect.confirm(ref, lenient(result), wait=not self.confirm_behind)
         return result
 
 
@@ -334,11 +338,19 @@ def guarded(
     wait: bool = False,
     wait_timeout: float = 3600.0,
     settle_timeout: float = 300.0,
+    confirm_behind: bool = True,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Guard a tool function; see the module docstring. The function keeps its name, doc,
     signature and annotations (`__wrapped__` too), and carries `__ledger_guard__`."""
     spec = GuardSpec(
-        tool, target, provider_ref or _provider_ref, wait, wait_timeout, ledger, settle_timeout
+        tool,
+        target,
+        provider_ref or _provider_ref,
+        wait,
+        wait_timeout,
+        ledger,
+        settle_timeout,
+        confirm_behind,
     )
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from ledger_client import protocol
+from ledger_client.behind import Reporter
 from ledger_client.effect import Effect
 from ledger_client.errors import LedgerRequestError, NeedsReview, OutcomeMissing
 from ledger_client.heartbeat import Clock, ThreadHeartbeat
@@ -30,7 +31,7 @@ from ledger_client.tracing import trace_headers
 
 class Transport:
     """Sends a `Call`, retrying what `Retry` allows. httpx clients are thread-safe: the
-    heartbeat threads share this one."""
+    heartbeat threads and the thread that writes confirmations behind share this one."""
 
     def __init__(
         self,
@@ -49,11 +50,27 @@ class Transport:
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": protocol.USER_AGENT},
             timeout=timeout,
         )
+        self._behind: Reporter | None = None
+
+    @property
+    def behind(self) -> Reporter:
+        """The thread this client's confirmations are written behind on (`ledger_client.behind`)."""
+        if self._behind is None:
+            self._behind = Reporter(self._deliver)
+        return self._behind
 
     def close(self) -> None:
+        if self._behind is not None:
+            self._behind.drain()
         self.http.close()
 
     def send(self, call: Call) -> dict[str, Any]:
+        """Send `call` once the confirmations handed over before it are in."""
+        if self._behind is not None:
+            self._behind.drain()
+        return self._deliver(call)
+
+    def _deliver(self, call: Call) -> dict[str, Any]:
         attempt = 0
         while True:
             attempt += 1

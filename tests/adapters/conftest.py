@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from ledger_client import flush
 
 from ledger.containment.keys import issue_key
 from ledger.models import Agent, Effect, Tool
@@ -109,7 +110,9 @@ class Stage:
 
     def effects(self, tool: str | None = None) -> list[Effect]:
         """The agent's actions (an operator's decision is recorded as an effect of its own,
-        of kind `decision`, which this leaves out)."""
+        of kind `decision`, which this leaves out). Read from the database, as another
+        reader would: first the confirmations this process writes behind are let in."""
+        flush()
         rows = Effect.objects.filter(agent=self.agent, kind="action").order_by("created_at")
         return list(rows.filter(tool=tool) if tool else rows)
 

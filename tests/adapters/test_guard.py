@@ -22,6 +22,7 @@ from ledger_client import (
     NotSent,
     bind_step,
     current_effect,
+    flush,
     guarded,
 )
 from ledger_client.guard import register_context_annotation
@@ -211,6 +212,7 @@ def test_a_redacted_replay_returns_the_redaction_marker(stage, ledger):
     pay = make_pay(stage, ledger, calls)
     with bind_step("thread-1", "call-1"):
         pay("acct_1", "1.00")
+    flush()  # the confirmation is written behind; the update below must come after it
     Effect.objects.update(response={"redacted": True})
     with bind_step("thread-1", "call-1"):
         assert isinstance(pay("acct_1", "1.00"), Redacted)
