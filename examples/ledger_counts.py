@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 import httpx
-from ledger_client import Ledger
+from ledger_client import Ledger, flush
 
 # (tool, the environment variable of its sandbox, what the provider made)
 CHECKED = (
@@ -42,7 +42,10 @@ def at_provider(base_url: str, keys: set[str]) -> int:
 
 
 def counts_agree(run_id: str) -> bool:
-    """Print the counts of `run_id` and say whether they agree."""
+    """Print the counts of `run_id` and say whether they agree. The guard writes its last
+    confirmation behind the tool's result; this reads the ledger with a client of its own, so
+    it lets that confirmation in first (`flush`)."""
+    flush()
     with Ledger(
         os.environ["EFFECT_LEDGER_URL"], os.environ["EFFECT_LEDGER_API_KEY"], owner="example"
     ) as ledger:

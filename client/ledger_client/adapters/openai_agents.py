@@ -45,9 +45,12 @@ on the ledger (`wait_for_decision`, up to `operator_wait` seconds); the end user
 
 In doubt. A call that meets its effect in doubt (its process died during the charge) waits, up
 to the guard's `settle_timeout`, for the ledger to settle it, then returns the recorded result
-or runs under the same effect. What the ledger refuses, and an outcome still unknown, become
-the tool's output telling the model not to retry; what is wrong with the call itself raises out
-of the run, the body not run (`openai_agents_replies`).
+or runs under the same effect. One an operator must decide (a review item is open)
+interrupts the run as an approval does; approved once they have decided, the call waits up to
+`operator_wait` for the effect to move and goes on with the decision (`pause_for_review=False`:
+the model is told it is not known yet). What the ledger refuses, and an outcome still unknown,
+become the tool's output telling the model not to retry; what is wrong with the call itself
+raises out of the run, the body not run (`openai_agents_replies`).
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ from ledger_client.adapters.openai_agents_calls import GuardedTool, Identity
 from ledger_client.adapters.openai_agents_positions import ledger_run, run_id_of
 from ledger_client.adapters.openai_agents_replies import BEFORE_CALL, failure_function
 from ledger_client.context import Handed, handing_over, still_handed
-from ledger_client.errors import ApprovalPending, LedgerClientError
+from ledger_client.errors import ApprovalPending, LedgerClientError, NeedsReview
 from ledger_client.guard import GuardSpec, register_context_type, request_of
 
 __all__ = [
@@ -109,6 +112,7 @@ def ledger_tool(
     func: Callable[..., Any],
     *,
     operator_wait: float = DEFAULT_OPERATOR_WAIT,
+    pause_for_review: bool = True,
     needs_approval: bool | ApprovalPolicy = False,
     failure_error_function: ToolErrorFunction | None = None,
     **function_tool_options: Any,
@@ -120,6 +124,7 @@ def ledger_tool(
     func: None = None,
     *,
     operator_wait: float = DEFAULT_OPERATOR_WAIT,
+    pause_for_review: bool = True,
     needs_approval: bool | ApprovalPolicy = False,
     failure_error_function: ToolErrorFunction | None = None,
     **function_tool_options: Any,
@@ -130,6 +135,7 @@ def ledger_tool(
     func: Callable[..., Any] | None = None,
     *,
     operator_wait: float = DEFAULT_OPERATOR_WAIT,
+    pause_for_review: bool = True,
     needs_approval: bool | ApprovalPolicy = False,
     failure_error_function: ToolErrorFunction | None = None,
     **function_tool_options: Any,
@@ -138,7 +144,9 @@ def ledger_tool(
     `ToolContext`; `needs_approval` asks the ledger (after your own `needs_approval`, if you
     give one: when it asks the end user, the ledger is asked once they approved); refusals
     and unknown outcomes become a tool output (your `failure_error_function` formats the
-    function's other errors). The other options go to `function_tool` unchanged."""
+    function's other errors). `pause_for_review`: interrupt the run for an effect in doubt
+    that an operator must decide, as for an approval (else the model is told it is not known
+    yet). The other options go to `function_tool` unchanged."""
 
     def build(fn: Callable[..., Any]) -> FunctionTool:
         spec = getattr(fn, "__ledger_guard__", None)
@@ -146,7 +154,12 @@ def ledger_tool(
             raise TypeError(f"ledger_tool takes a @guarded function; {fn!r} is not one")
         signature = inspect.signature(fn)
         known = GuardedTool(
-            spec, signature, _takes_context(fn, signature), _is_async(fn), operator_wait
+            spec,
+            signature,
+            _takes_context(fn, signature),
+            _is_async(fn),
+            operator_wait,
+            pause_for_review=pause_for_review,
         )
         wrapper = _with_identity(fn, known)
         known = replace(known, parameters=_parameters(wrapper, function_tool_options))
@@ -256,8 +269,14 @@ def _before_call(
     return ctx, calls.identity_of(run_id, ctx.tool_call_id, known, request), request
 
 
-def _end_user_approved(ctx: ToolContext[Any], hold: ApprovalPending) -> bool:
-    return bool(hold.effect_id) and ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is True
+def _end_user_approved(ctx: ToolContext[Any], effect_id: str | None) -> bool:
+    return bool(effect_id) and ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is True
+
+
+def _reviewed(ctx: ToolContext[Any], known: GuardedTool, effect_id: str) -> bool:
+    """Did the run stop for an operator's review of this call's effect, and the end user
+    answer the interruption (`state.approve`)?"""
+    return known.pause_for_review and _end_user_approved(ctx, effect_id)
 
 
 @contextmanager
@@ -301,13 +320,22 @@ def _sync_identity(fn: Callable[..., Any], known: GuardedTool) -> Callable[..., 
             try:
                 return fn(*inner, **kwargs)
             except ApprovalPending as hold:
-                if not _end_user_approved(ctx, hold):
+                if not _end_user_approved(ctx, hold.effect_id):
                     raise
                 ledger = known.spec.sync_ledger()
                 decided = ledger.wait_for_decision(hold.effect_id, timeout=known.operator_wait)
                 if decided.status == "awaiting_approval":
                     raise
                 return fn(*inner, **kwargs)  # approved: claims and runs; rejected: closed
+            except NeedsReview as held:
+                effect = held.effect
+                if effect is None or not _reviewed(ctx, known, effect.id):
+                    raise
+                # The end user answered the interruption: once the operator's decision moves
+                # the effect (up to operator_wait), the call goes on with it.
+                ledger = known.spec.sync_ledger()
+                ledger.wait_for_change(effect.id, status=effect.status, timeout=known.operator_wait)
+                return fn(*inner, **kwargs)
 
     return call
 
@@ -323,7 +351,7 @@ def _async_identity(fn: Callable[..., Any], known: GuardedTool) -> Callable[...,
                 try:
                     return await fn(*inner, **kwargs)
                 except ApprovalPending as hold:
-                    if not _end_user_approved(ctx, hold):
+                    if not _end_user_approved(ctx, hold.effect_id):
                         raise
                     ledger = known.spec.async_ledger()
                     decided = await ledger.wait_for_decision(
@@ -331,6 +359,14 @@ def _async_identity(fn: Callable[..., Any], known: GuardedTool) -> Callable[...,
                     )
                     if decided.status == "awaiting_approval":
                         raise
+                    return await fn(*inner, **kwargs)
+                except NeedsReview as held:
+                    effect = held.effect
+                    if effect is None or not _reviewed(ctx, known, effect.id):
+                        raise
+                    await known.spec.async_ledger().wait_for_change(
+                        effect.id, status=effect.status, timeout=known.operator_wait
+                    )
                     return await fn(*inner, **kwargs)
 
     return call

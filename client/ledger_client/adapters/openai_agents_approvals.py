@@ -20,8 +20,9 @@ from agents.run_config import ToolErrorFormatter, ToolErrorFormatterArgs
 from ledger_client.adapters import openai_agents_calls as calls
 from ledger_client.adapters import openai_agents_positions as positions
 from ledger_client.context import Handed
-from ledger_client.errors import ApprovalPending, LedgerClientError
+from ledger_client.errors import ApprovalPending, LedgerClientError, NeedsReview
 from ledger_client.models import Approval, EffectRecord
+from ledger_client.settling import for_review
 from ledger_client.sync import Ledger
 
 log = logging.getLogger("ledger_client.adapters.openai_agents")
@@ -60,6 +61,11 @@ def approval_policy(
             if hold.approval is None:
                 return False
             _held[(identity.run_id, call_id)] = hold.approval
+            return True
+        except NeedsReview as held:
+            if held.effect is None or not await _for_operator(known, held):
+                return False  # the guard waits for the ledger to settle it
+            _held[(identity.run_id, call_id)] = Approval.of(held.effect)
             return True
         except Exception as exc:
             # A ledger that is down or refuses, an effect in doubt, a bad target: never an
@@ -112,6 +118,20 @@ async def _open(
     if not known.is_async:
         return await asyncio.to_thread(spec.sync_ledger().open, *args, **options)
     return await spec.async_ledger().open(*args, **options)
+
+
+async def _for_operator(known: calls.GuardedTool, held: NeedsReview) -> bool:
+    """Does an operator decide this effect in doubt (the ledger's plan for it is `review`)?
+    Only then is the run interrupted: what the ledger settles itself, the guard waits for."""
+    effect = held.effect
+    if not known.pause_for_review or effect is None:
+        return False
+    spec = known.spec
+    if isinstance(spec.ledger, Ledger) or not known.is_async:
+        plan = await asyncio.to_thread(spec.sync_ledger().recover, effect.run_id, dry_run=True)
+    else:
+        plan = await spec.async_ledger().recover(effect.run_id, dry_run=True)
+    return for_review(plan, effect.id)
 
 
 # --- Finding a held call's effect from its call id -------------------------------------------
@@ -223,6 +243,11 @@ async def _cancel_rejected(known: calls.GuardedTool, args: ToolErrorFormatterArg
         return
     try:
         held = _held.pop((run_id, args.call_id), None)
+        if held is not None and held.status not in ("awaiting_approval", "planned"):
+            # In doubt, for an operator to decide: it may have happened, so it is not
+            # cancelled; the model is told what the rejection formatter says.
+            log.info("Rejected call %s: effect %s stays for the operator", args.call_id, held)
+            return
         effect_id = held.effect_id if held is not None else None
         if effect_id is None:
             record = await held_effect(known, run_id, args.call_id)

@@ -48,6 +48,8 @@ class GuardedTool:
     operator_wait: float
     # The tool's parameters as the SDK validates them before it calls the function.
     parameters: FuncSchema | None = None
+    # Interrupt the run for an effect an operator must decide (else the model is told so).
+    pause_for_review: bool = True
 
 
 def request_for(

@@ -176,11 +176,11 @@ class Tools:
         ]
 
 
-def make_tools(operator_wait: float = 30.0) -> Tools:
+def make_tools(operator_wait: float = 30.0, pause_for_review: bool = True) -> Tools:
     """Fresh guarded tools; `operator_wait`: how long an end user's approval waits on the
-    ledger for an operator's decision."""
+    ledger for an operator's decision; `pause_for_review`: `ledger_tool`'s."""
 
-    @ledger_tool(operator_wait=operator_wait)
+    @ledger_tool(operator_wait=operator_wait, pause_for_review=pause_for_review)
     @guarded(tool="charge_card", target="{account}")
     def charge_card(amount: str, currency: str, account: str) -> dict[str, Any]:
         """Charge the customer's card.
@@ -192,7 +192,7 @@ def make_tools(operator_wait: float = 30.0) -> Tools:
         """
         return post_charge(_charge_body(amount, currency, account, None))
 
-    @ledger_tool(operator_wait=operator_wait)
+    @ledger_tool(operator_wait=operator_wait, pause_for_review=pause_for_review)
     @guarded(tool="charge_card", target="{account}")
     async def pay_async(amount: str, currency: str, account: str) -> dict[str, Any]:
         """Charge the customer's card (async)."""
@@ -207,13 +207,13 @@ def make_tools(operator_wait: float = 30.0) -> Tools:
         charge: dict[str, Any] = response.json()
         return charge
 
-    @ledger_tool(operator_wait=operator_wait)
+    @ledger_tool(operator_wait=operator_wait, pause_for_review=pause_for_review)
     @guarded(tool="charge_card", target="{account}")
     def charge_order(order_id: str, amount: str, currency: str, account: str) -> dict[str, Any]:
         """Charge the customer's card for an order."""
         return post_charge(_charge_body(amount, currency, account, order_id))
 
-    @ledger_tool(operator_wait=operator_wait)
+    @ledger_tool(operator_wait=operator_wait, pause_for_review=pause_for_review)
     @guarded(tool="send_email", target="{to}")
     def send_message(to: str, subject: str, body: str) -> dict[str, Any]:
         """Send the customer a message."""
@@ -227,7 +227,7 @@ def make_tools(operator_wait: float = 30.0) -> Tools:
         message: dict[str, Any] = response.json()
         return message
 
-    @ledger_tool(operator_wait=operator_wait)
+    @ledger_tool(operator_wait=operator_wait, pause_for_review=pause_for_review)
     @guarded(tool="charge_card", target="{account}")
     def tag_charge(amount: str, tags: set[str]) -> dict[str, Any]:
         """Charge with tags (a set has no canonical JSON form: the guard refuses it)."""
