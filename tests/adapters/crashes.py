@@ -219,3 +219,36 @@ def assert_no_loss_and_no_repeat(counts: Counter[str], payments: int) -> None:
     assert counts["uncharged"] == 0, counts
     assert counts["contradictions"] == 0, counts
     assert counts["effects"] == payments, counts  # one effect per payment, re-issued or not
+
+
+# Payments of the statement corner in the suite (no kill at all: 0.61 ** 12, about 1 in 400).
+STATEMENT_PAYMENTS = 12
+
+
+def statement_corner(
+    stage: Any,
+    framework: str,
+    sizes: tuple[int, str, str],
+    run: Callable[[], Counter[str]],
+    told: Callable[[], Told],
+) -> None:
+    """The statement corner: the provider ignores idempotency keys and has no lookup, so a
+    crash leaves the ledger unable to tell; the agent's guard waits for the ledger (`wait=True`)
+    while the provider's statement is imported as final every second (`StatementImports`),
+    which confirms what it lists and sends back to `planned`, for the waiting call to run, what
+    it proves never arrived. `run()` drives the agents to their end (the stage set to the
+    corner already). Then: nothing in doubt, and the verdict of the other corners."""
+    statements = StatementImports(stage)
+    try:
+        kills = run()
+    finally:
+        statements.stop()
+    payments = sizes[0]
+    counts = verdict(stage, payments, told())
+    counts["in doubt"] = in_doubt(stage)
+    print(report(framework, sizes, STATEMENT, kills, counts), end="")
+    settled = json.dumps(dict(sorted(settled_by_statements(stage).items())))
+    print(f"  in doubt {counts['in doubt']}  statements {statements.imported} {settled}")
+    assert sum(kills.values()) > 0  # the crashes happened
+    assert counts["in doubt"] == 0, counts
+    assert_no_loss_and_no_repeat(counts, payments)

@@ -10,9 +10,9 @@ The step is named by the workflow id and DBOS's step id, both kept in the system
 the re-run step meets its effect and waits (the adapter's `wait=True`) for the ledger to settle
 it. The verdict is the other frameworks' (`crashes.py`), a workflow's answer standing for what
 the model was told: the charge, or the refusal it caught. The suite runs two corners at 14
-payments; `make crashtest-frameworks` all four at size. With `--crash-identity=call_id` the
-step is named by an id drawn afresh at each run, the control: the matrix finds its extra
-charges.
+payments and the statement corner at 12; `make crashtest-frameworks` all five at size. With
+`--crash-identity=call_id` the step is named by an id drawn afresh at each run, the control:
+the matrix finds its extra charges.
 """
 
 from __future__ import annotations
@@ -117,3 +117,28 @@ def test_sigkills_recovered_by_dbos_charge_each_payment_once(
     print(crashes.report("dbos", named, (mode, latency_ms), kills, counts))
     assert sum(kills.values()) > 0  # the crashes happened
     crashes.assert_no_loss_and_no_repeat(counts, payments)
+
+
+def test_sigkills_with_a_provider_known_by_its_statements_alone_charge_each_payment_once(
+    stage, ledger_worker, system_db, workflows, tmp_path, request
+):
+    """The statement corner (`crashes.statement_corner`): the step waits on the ledger as it
+    always does (`ledger_step` is `wait=True`)."""
+    payments, kill_p, identity = crashes.size(request.config, crashes.STATEMENT_PAYMENTS)
+    crashes.set_corner(stage, tmp_path, *crashes.STATEMENT)
+    env = {
+        "DBOS_KILL_P": kill_p,
+        "DBOS_IDENTITY": identity,
+        "DBOS_SYSTEM_DATABASE_URL": system_db,
+        "DBOS_TEST_RUN": f"crashes-{uuid.uuid4().hex[:12]}",
+    }
+    named = (payments, kill_p, "step_id" if identity == "position" else identity)
+    crashes.statement_corner(
+        stage,
+        "dbos",
+        named,
+        lambda: crashes.run_until_done(
+            stage, SCRIPT, ["0", str(payments)], env, lambda: workflows.unfinished(payments)
+        ),
+        lambda: workflows.told(payments),
+    )

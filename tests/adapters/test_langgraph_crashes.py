@@ -15,7 +15,6 @@ prints the table.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,6 @@ from tests.adapters import crashes
 from tests.adapters.agents import langgraph_crashes as agent
 
 SCRIPT = Path(agent.__file__)
-STATEMENT_PAYMENTS = 12  # the statement corner's size in the suite (no kill: 0.61 ** 12)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -84,34 +82,23 @@ def test_sigkills_under_langgraphs_defaults_charge_each_payment_once(
 def test_sigkills_with_a_provider_known_by_its_statements_alone_charge_each_payment_once(
     stage, ledger_worker, tmp_path, request
 ):
-    """The statement corner: the provider ignores idempotency keys and has no lookup, so a
-    crash leaves the ledger unable to tell; the guard waits (`wait=True`) while the provider's
-    statement is imported as final every second (`StatementImports`), which confirms what it
-    lists and sends back to `planned`, for the waiting call to run, what it proves never
-    arrived. Then: nothing in doubt, and the verdict of the other corners."""
-    size = crashes.size(request.config, STATEMENT_PAYMENTS)
+    """The statement corner (`crashes.statement_corner`), the guard waiting out what is in
+    doubt (`LG_WAIT=1`, `wait=True`)."""
+    size = crashes.size(request.config, crashes.STATEMENT_PAYMENTS)
     payments, kill_p, identity = size
     crashes.set_corner(stage, tmp_path, *crashes.STATEMENT)
     checkpoints = tmp_path / "checkpoints.sqlite"
     env = {"LG_KILL_P": kill_p, "LG_IDENTITY": identity, "LG_CONCURRENCY": "4", "LG_WAIT": "1"}
-
-    statements = crashes.StatementImports(stage)
-    try:
-        kills = crashes.run_until_done(
+    crashes.statement_corner(
+        stage,
+        "langgraph",
+        size,
+        lambda: crashes.run_until_done(
             stage,
             SCRIPT,
             [str(checkpoints), "0", str(payments)],
             env,
             lambda: unfinished(checkpoints, payments),
-        )
-    finally:
-        statements.stop()
-    counts = crashes.verdict(stage, payments, told(checkpoints, payments))
-    counts["in doubt"] = crashes.in_doubt(stage)
-
-    print(crashes.report("langgraph", size, crashes.STATEMENT, kills, counts), end="")
-    settled = json.dumps(dict(sorted(crashes.settled_by_statements(stage).items())))
-    print(f"  in doubt {counts['in doubt']}  statements {statements.imported} {settled}")
-    assert sum(kills.values()) > 0  # the crashes happened
-    assert counts["in doubt"] == 0, counts
-    crashes.assert_no_loss_and_no_repeat(counts, payments)
+        ),
+        lambda: told(checkpoints, payments),
+    )

@@ -9,8 +9,8 @@ resumed from its saved history with no new prompt, until every conversation has 
 
 The verdict is the LangGraph matrix's (`crashes.py`): at most one charge per payment, a charge
 unless the ledger ended the effect `failed` with proof that nothing was sent, and a conversation
-that agrees with the ledger. The suite's two corners at 24 payments here; `make
-crashtest-frameworks` runs all four at 200.
+that agrees with the ledger. The suite's two corners at 24 payments here, and the statement
+corner at 12; `make crashtest-frameworks` runs all five at 200.
 """
 
 from __future__ import annotations
@@ -67,3 +67,28 @@ def test_sigkills_with_the_history_saved_after_each_node_charge_each_payment_onc
     print(crashes.report("pydantic_ai", size, (mode, latency_ms), kills, counts))
     assert sum(kills.values()) > 0  # the crashes happened
     crashes.assert_no_loss_and_no_repeat(counts, payments)
+
+
+def test_sigkills_with_a_provider_known_by_its_statements_alone_charge_each_payment_once(
+    stage, ledger_worker, tmp_path, request
+):
+    """The statement corner (`crashes.statement_corner`), the guard waiting out what is in
+    doubt (`PA_WAIT=1`, `wait=True`)."""
+    size = crashes.size(request.config, crashes.STATEMENT_PAYMENTS)
+    payments, kill_p, identity = size
+    crashes.set_corner(stage, tmp_path, *crashes.STATEMENT)
+    histories = tmp_path / "histories"
+    env = {"PA_KILL_P": kill_p, "PA_IDENTITY": identity, "PA_CONCURRENCY": "4", "PA_WAIT": "1"}
+    crashes.statement_corner(
+        stage,
+        "pydantic_ai",
+        size,
+        lambda: crashes.run_until_done(
+            stage,
+            SCRIPT,
+            [str(histories), "0", str(payments)],
+            env,
+            lambda: unfinished(histories, payments),
+        ),
+        lambda: told(histories, payments),
+    )

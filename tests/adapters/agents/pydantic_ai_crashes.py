@@ -13,7 +13,8 @@ not ended yet is started, or, if its history was saved, resumed as the page says
 saved `message_history` and no new prompt, four at a time (asyncio tasks). With PA_KILL_P=p the
 process SIGKILLs itself, with probability p at each place, before the charge is sent, while it
 is in flight, and after the provider answered (before the guard records the outcome). Prints
-`DONE <conversation>` as each ends.
+`DONE <conversation>` as each ends. With PA_WAIT=1 the guard waits out holds (the statement
+corner).
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ from tests.adapters.agents import crash_points
 
 KILL_P = float(os.environ.get("PA_KILL_P", "0"))
 WRITE_SECONDS = 0.02
+# PA_WAIT=1: the guard waits out an effect left to a review (`wait=True`), as a provider known
+# only by its statements needs: the statement's import settles it while the call waits.
+WAIT = os.environ.get("PA_WAIT") == "1"
 
 
-@guarded(tool="charge_card", target="{account}")
+@guarded(tool="charge_card", target="{account}", wait=WAIT)
 def charge_card(amount: str, currency: str, account: str) -> dict[str, Any]:
     """Charge `amount` (a decimal string) in `currency` to the card on file for `account`."""
     return crash_points.charge(amount, currency, account, KILL_P)
