@@ -34,7 +34,7 @@ from ledger.api import webhooks
 from ledger.api.schemas import ERRORS
 from ledger.api.webhooks import BadSignature
 from ledger.errors import InvalidTransition, NotFound, ValidationFailed
-from ledger.models import Effect, Tool
+from ledger.models import Effect, Mode, Tool
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,9 @@ class Settlement:
     status: str
     provider_ref: str = ""
     response: Any = None
+    # The provider's test or live mode, when its callback says (Stripe's `livemode`): it
+    # settles only an effect of a tool of the same mode. None: the scheme does not say.
+    livemode: bool | None = None
 
 
 class CallbackScheme(Protocol):
@@ -167,6 +170,24 @@ def apply(provider: str, said: list[Settlement]) -> tuple[list[str], int]:
     return settled, ignored
 
 
+def _same_mode(effect: Effect, settlement: Settlement, provider: str) -> bool:
+    """A test-mode event settles only a test tool's effect, a live one only a live tool's."""
+    if settlement.livemode is None:
+        return True
+    said = Mode.LIVE if settlement.livemode else Mode.TEST
+    mode = Tool.objects.filter(name=effect.tool).values_list("mode", flat=True).first()
+    if mode == said:
+        return True
+    log.warning(
+        "callback of %s: a %s-mode event names effect %s of a %s tool; ignored",
+        provider,
+        said,
+        effect.id,
+        mode,
+    )
+    return False
+
+
 # Reads of an effect that moved while a settlement was applied, before it counts as ignored.
 SETTLE_TRIES = 3
 
@@ -183,7 +204,7 @@ def settle_one(provider: str, settlement: Settlement) -> str | None:
     }
     for _ in range(SETTLE_TRIES):
         effect = webhooks.effect_of(provider, settlement.idempotency_key)
-        if effect is None:
+        if effect is None or not _same_mode(effect, settlement, provider):
             return None
         try:
             with transaction.atomic():

@@ -113,6 +113,21 @@ def test_a_forged_or_stale_signature_is_refused_with_nothing_written(
     assert effect.status == "unknown" and not WebhookDelivery.objects.exists()
 
 
+def test_an_event_of_the_other_mode_settles_nothing(client, stripe_sandbox, make_payment):
+    effect = make_payment("unknown")  # of a test tool, paid in the face's test mode
+    pay(stripe_sandbox, effect)
+    event = json.loads(event_of(stripe_sandbox, "payment_intent.succeeded", effect.idempotency_key))
+    assert event["livemode"] is False
+    live = json.dumps({**event, "livemode": True}).encode()
+
+    assert deliver(client, live, NEW).json() == {"settled": [], "ignored": 1}
+    effect.refresh_from_db()
+    assert effect.status == "unknown"
+    # The same event in its own mode settles it.
+    answer = deliver(client, json.dumps(event).encode(), NEW)
+    assert answer.json() == {"settled": [str(effect.id)], "ignored": 0}
+
+
 def test_while_a_secret_rotates_either_one_signs(client, stripe_sandbox, make_payment):
     first, second, both = (make_payment("unknown") for _ in range(3))
     for effect in (first, second, both):

@@ -19,7 +19,9 @@ What an event settles (the effect found by the `metadata[ledger_key]` its object
 |                                                | pending → nothing yet                     |
 | `refund.failed`                                | failed                                    |
 
-Every other event (and an object without our key) settles nothing and is answered 200.
+Every other event (and an object without our key) settles nothing and is answered 200. An
+event's `livemode` must match the mode of the effect's tool: a test-mode event never settles a
+live tool's effect (nor the reverse); it is ignored and logged.
 """
 
 from __future__ import annotations
@@ -81,7 +83,16 @@ class StripeCallbacks:
         status = _FAILED.get(kind) or settles_as(item)
         if not isinstance(key, str) or not key or status not in ("confirmed", "failed"):
             return []
-        return [Settlement(key, status, provider_ref=item["id"], response=in_ledger_terms(item))]
+        livemode = event.get("livemode")
+        return [
+            Settlement(
+                key,
+                status,
+                provider_ref=item["id"],
+                response=in_ledger_terms(item),
+                livemode=livemode if isinstance(livemode, bool) else None,
+            )
+        ]
 
 
 def _verified(header: str, payload: str, secret: str) -> str:
