@@ -39,6 +39,8 @@ CREATE TABLE IF NOT EXISTS stripe_objects (
     body TEXT NOT NULL                       -- the object as the API shows it now (JSON)
 );
 CREATE INDEX IF NOT EXISTS stripe_objects_created ON stripe_objects (object, created);
+-- Lists walk it newest first from `starting_after`: a page reads its own rows, not the range.
+CREATE INDEX IF NOT EXISTS stripe_objects_seq ON stripe_objects (object, seq);
 CREATE INDEX IF NOT EXISTS stripe_objects_parent ON stripe_objects (parent)
     WHERE object = 'refund';
 CREATE INDEX IF NOT EXISTS stripe_objects_charge ON stripe_objects (charge);
