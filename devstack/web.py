@@ -42,10 +42,16 @@ def gunicorn_argv(
     connections while it loads (nginx answers 502 at once, and the client repeats the request),
     instead of accepting them into the socket's backlog for the seconds each worker would take
     to import the application on a busy machine. A change of code takes a restart of the
-    master, as every deploy here does; SIGHUP alone would keep the old code."""
+    master, as every deploy here does; SIGHUP alone would keep the old code.
+
+    `--worker-tmp-dir`: each worker tells the master it is alive by changing its temporary
+    file's mode, between every two requests; on a disk's file system that is a metadata write
+    each time (the kernel's journal threads showed about 0.5 ms of CPU per agent call), so the
+    files go to shared memory where there is one, as gunicorn's own documentation advises."""
     return [
         *_venv_tool("gunicorn"), app,
         "--preload",
+        *_worker_tmp_dir(),
         "--worker-class", "gthread",
         "--workers", str(workers),
         "--threads", str(threads),
@@ -53,6 +59,11 @@ def gunicorn_argv(
         "--config", "python:config.gunicorn_hooks",
         *options,
     ]  # fmt: skip
+
+
+def _worker_tmp_dir() -> list[str]:
+    shm = Path("/dev/shm")
+    return ["--worker-tmp-dir", str(shm)] if shm.is_dir() and os.access(shm, os.W_OK) else []
 
 
 def gunicorn_has_control_socket() -> bool:
