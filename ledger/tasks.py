@@ -8,6 +8,7 @@ from ledger.audit import partitions, retention, seal
 from ledger.containment import repeated
 from ledger.observability import effectcounts
 from ledger.restore import mode
+from ledger.statements import held
 
 # The audit trail: every event sealed into the chain, the chain's head kept outside the
 # database, the events' partitions made ahead of their month, payloads redacted once their
@@ -27,3 +28,6 @@ register("restore-witness", mode.watch)
 # The effect counts' deltas folded into their rows: the summary folds before it reads, this
 # keeps the deltas few when nobody scrapes.
 register("fold-effect-counts", effectcounts.fold)
+
+# Statement lines imported while their effect could not move, looked at again once it can.
+register("statement-held-lines", held.revisit)

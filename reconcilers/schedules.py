@@ -81,6 +81,7 @@ SCHEDULES: dict[str, int] = {
     "repeated-requests": 1,
     "seal-events": 1,
     "fold-effect-counts": 1,
+    "statement-held-lines": 1,
     "export-chain-head": 60,
     # Daily: a missed run or two still leaves months in hand (four are made ahead).
     "event-partitions": 1440,

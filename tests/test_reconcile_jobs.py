@@ -368,6 +368,7 @@ def test_ensure_schedules_leaves_exactly_the_declared_schedules_however_often_it
         "alert-sender",
         "seal-events",
         "fold-effect-counts",
+        "statement-held-lines",
         "export-chain-head",
         "event-partitions",
         "restore-witness",

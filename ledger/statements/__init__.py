@@ -22,7 +22,8 @@ The API (the command `importstatement`, the operators' upload form and the daily
 
 How lines are read: `parse`; staged, revised and matched by reference: `stage`; what the lines
 mean for an effect: `verdicts`; applied: `apply`; proofs of absence: `absence`; orphans and
-their incidents: `orphans`.
+their incidents: `orphans`; lines held while their effect could not move, looked at again once
+it can: `held`.
 """
 
 from __future__ import annotations

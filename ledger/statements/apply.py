@@ -125,14 +125,9 @@ def step(import_id: int, phases: dict[str, Callable[[StatementImport, Tool], Pro
 
 # --- Lines -----------------------------------------------------------------------------------
 
-_EFFECTS_OF_BATCH = f"""
-    WITH batch AS (
-        SELECT DISTINCT effect_id FROM (
-            SELECT effect_id FROM {_LINES}
-             WHERE statement_id = %(import)s AND effect_id IS NOT NULL AND outcome = ''
-               AND effect_id > %(after)s::uuid
-             ORDER BY effect_id LIMIT %(limit)s) first_lines
-    )
+# An effect as `verdicts` reads it, with all its current lines, for each effect of a `batch`
+# (a CTE of effect ids the query that uses it defines).
+EFFECT_FACTS = f"""
     SELECT e.id, e.status, e.version, e.kind, e.tool, e.attempt, e.max_attempts,
            e.provider_ref, e.amount_minor, e.currency,
            coalesce(e.status = 'dispatching' AND e.lease_expires_at < now(), false),
@@ -147,9 +142,18 @@ _EFFECTS_OF_BATCH = f"""
       FROM batch JOIN {_EFFECTS} e ON e.id = batch.effect_id
      ORDER BY e.id
 """
+_EFFECTS_OF_BATCH = f"""
+    WITH batch AS (
+        SELECT DISTINCT effect_id FROM (
+            SELECT effect_id FROM {_LINES}
+             WHERE statement_id = %(import)s AND effect_id IS NOT NULL AND outcome = ''
+               AND effect_id > %(after)s::uuid
+             ORDER BY effect_id LIMIT %(limit)s) first_lines
+    )
+    {EFFECT_FACTS}"""
 
 
-def _facts(row: tuple[Any, ...]) -> tuple[EffectFact, list[LineFact]]:
+def facts(row: tuple[Any, ...]) -> tuple[EffectFact, list[LineFact]]:
     *values, lines = row
     effect = EffectFact(*values)
     parsed = [
@@ -172,12 +176,26 @@ def lines_phase(made: StatementImport, tool: Tool) -> Progress:
     moves: list[Move] = []
     others: list[tuple[EffectFact, Verdict]] = []
     for row in rows:
-        effect, lines = _facts(row)
+        effect, lines = facts(row)
         verdict = verdicts.verdict_on(effect, lines, skew)
         if verdict.action in (verdicts.CONFIRM, verdicts.FAIL):
-            moves.append(_move(made, effect, verdict))
+            moves.append(move_of(made.pk, effect, verdict))
         elif verdict.action != verdicts.AGREES:
             others.append((effect, verdict))
+    counts, outcomes = apply_moves(moves)
+    for effect, verdict in others:
+        counted = _flag(made, effect, verdict)
+        if counted:
+            counts[counted] = counts.get(counted, 0) + 1
+        for line in verdict.lines:
+            outcomes[line.id] = "held" if verdict.action == verdicts.HELD else verdict.action
+    set_outcomes(outcomes)
+    return Progress(str(rows[-1][0]), counts)
+
+
+def apply_moves(moves: list[Move]) -> tuple[dict[str, int], dict[int, str]]:
+    """The statement's moves, each only if its effect can still move; the counts by outcome,
+    and each moved effect's lines with what they did."""
     counts: dict[str, int] = {}
     outcomes: dict[int, str] = {}
     moved = transition_many(moves, actor=ACTOR, where=MOVABLE_WHERE) if moves else set()
@@ -189,19 +207,12 @@ def lines_phase(made: StatementImport, tool: Tool) -> Progress:
         counts[name] = counts.get(name, 0) + 1
         for line_id in move.data["lines"]:
             outcomes[line_id] = name
-    for effect, verdict in others:
-        counted = _flag(made, effect, verdict)
-        if counted:
-            counts[counted] = counts.get(counted, 0) + 1
-        for line in verdict.lines:
-            outcomes[line.id] = "held" if verdict.action == verdicts.HELD else verdict.action
-    _set_outcomes(outcomes)
-    return Progress(str(rows[-1][0]), counts)
+    return counts, outcomes
 
 
-def _evidence(made: StatementImport, verdict: Verdict) -> dict[str, Any]:
+def _evidence(statement: int, verdict: Verdict) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "statement": made.pk,
+        "statement": statement,
         "verdict": verdict.action,
         "why": verdict.why,
         "statement_lines": [line.shown() for line in verdict.lines],
@@ -213,8 +224,9 @@ def _evidence(made: StatementImport, verdict: Verdict) -> dict[str, Any]:
     return data
 
 
-def _move(made: StatementImport, effect: EffectFact, verdict: Verdict) -> Move:
-    evidence = _evidence(made, verdict)
+def move_of(statement: int, effect: EffectFact, verdict: Verdict) -> Move:
+    """The move a confirming or failing verdict makes, with its statement event ahead."""
+    evidence = _evidence(statement, verdict)
     to = Status.CONFIRMED if verdict.action == verdicts.CONFIRM else Status.FAILED
     ref = verdict.record.provider_ref if verdict.record else verdict.lines[-1].provider_ref
     before = event_values(
@@ -232,7 +244,7 @@ def _move(made: StatementImport, effect: EffectFact, verdict: Verdict) -> Move:
         changes={"provider_ref": ref},
         data={
             "provider_ref": ref,
-            "statement": made.pk,
+            "statement": statement,
             "lines": [line.id for line in verdict.lines],
         },
         before=[before],
@@ -242,7 +254,7 @@ def _move(made: StatementImport, effect: EffectFact, verdict: Verdict) -> Move:
 def _flag(made: StatementImport, effect: EffectFact, verdict: Verdict) -> str | None:
     """A verdict that moves nothing: its event, and the review or duplicate it opens. Returns
     the count it adds to ("duplicates", "reviews"), if any."""
-    evidence = _evidence(made, verdict)
+    evidence = _evidence(made.pk, verdict)
     if verdict.action == verdicts.DUPLICATE:
         report_duplicate(
             effect.id,
@@ -272,7 +284,7 @@ def _flag(made: StatementImport, effect: EffectFact, verdict: Verdict) -> str | 
     return "reviews"
 
 
-def _set_outcomes(outcomes: dict[int, str]) -> None:
+def set_outcomes(outcomes: dict[int, str]) -> None:
     if not outcomes:
         return
     with connection.cursor() as cursor:
