@@ -7,6 +7,7 @@ talks to the sandbox as it would to api.stripe.com.
 | `POST /v1/payment_intents`                | create (and with `confirm=true`, charge) one      |
 | `POST /v1/payment_intents/{id}/confirm`   | charge one created unconfirmed                    |
 | `GET /v1/payment_intents[/{id}]`          | retrieve one; list by `created[…]`, newest first  |
+| `GET /v1/payment_intents/search`          | search by `metadata['key']:'value'`, paged        |
 | `POST /v1/refunds`, `GET /v1/refunds[/…]` | refund (part of) a PaymentIntent; retrieve, list  |
 | `/v1/reporting/…`, `/v1/files/…`          | reports (`devstack.sandbox.stripe_reporting`)     |
 
@@ -16,15 +17,20 @@ form-encoded and a misspelt one is an error; a POST's `Idempotency-Key` saves it
 for 24 hours (the same key and parameters replay it with `Idempotent-Replayed: true`, other
 parameters are a 400 `idempotency_error`; answers to invalid parameters are not saved); a
 declined card is a 402 `card_error` naming the PaymentIntent; lists are `list` objects with
-`has_more`, paged by `starting_after`. Events (`payment_intent.created`, `.succeeded`,
-`.payment_failed`, `refund.created`) go out signed with `Stripe-Signature` when a webhook URL
-and secret are known (`StripeFace.webhook_target`).
+`has_more`, paged by `starting_after`; a search answers a `search_result` (`data`, `has_more`,
+`next_page`, `url`; `total_count` only with `expand[]=total_count`), paged by `page`. Events
+(`payment_intent.created`, `.succeeded`, `.payment_failed`, `refund.created`) go out signed
+with `Stripe-Signature` when a webhook URL and secret are known (`StripeFace.webhook_target`).
 
 The sandbox's fault knobs (`X-Sandbox-Fault`, `/_sandbox/faults`) apply here too (the SDK
 sends extra headers per request); `POST /_sandbox/stripe/settings` adds Stripe's own trouble:
 `{"rate_limit": N}` answers the next N requests 429, `{"truncate": N}` cuts the next N
 answers in half, `{"key_ttl": S}` keeps keys S seconds instead of a day, `{"hold_webhooks": 1}`
-keeps events in the outbox (an endpoint that is down) until `{"hold_webhooks": 0}` sends them.
+keeps events in the outbox (an endpoint that is down) until `{"hold_webhooks": 0}` sends them,
+`{"search_lag": S}` leaves what was created in the last S seconds out of search results (Stripe's
+search index lags its writes) and `{"search_rate_limit": N}` answers the next N searches 429.
+`GET /_sandbox/stripe/requests` counts the requests each endpoint was sent
+(`{"payment_intent.list": 2, "payment_intent.search": 1, …}`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import re
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
@@ -55,7 +62,14 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA", "StripeFace"]
 
 KEY_TTL = 24 * 3600
-SETTINGS = {"rate_limit": 0, "truncate": 0, "key_ttl": KEY_TTL, "hold_webhooks": 0}
+SETTINGS = {
+    "rate_limit": 0,
+    "truncate": 0,
+    "key_ttl": KEY_TTL,
+    "hold_webhooks": 0,
+    "search_lag": 0,
+    "search_rate_limit": 0,
+}
 # Reports and their files, where the sandbox has them.
 _REPORTING = importlib.util.find_spec("devstack.sandbox.stripe_reporting") is not None
 _TEST_KEY = re.compile(r"(sk|rk)_test_[A-Za-z0-9_]{1,200}")
@@ -93,6 +107,7 @@ class StripeFace:
         self.store = provider.store
         self._lock = threading.Lock()
         self.settings = dict(SETTINGS)
+        self.requests: Counter[str] = Counter()
         url, secret = self.webhook_target(provider.options.webhook_url)
         self.webhooks = (
             StripeWebhookSender(self.store, url, secret, "stripe-sandbox")
@@ -144,15 +159,7 @@ class StripeFace:
     def _route(self, request: Request, faults: Faults, request_id: str) -> Reply:
         key = authenticate(request)
         if self._spend("rate_limit"):
-            error = HttpError(
-                429,
-                "invalid_request_error",
-                "Too many requests hit the API too quickly. We recommend an exponential backoff"
-                " of your requests.",
-                code="rate_limit",
-            ).reply()
-            error.headers["Retry-After"] = "1"
-            return error
+            return objects.too_many()
         if request.method == "POST" and key.startswith("rk_"):
             raise HttpError(
                 403,
@@ -174,6 +181,8 @@ class StripeFace:
                 return self._list(request, "payment_intent")
             case "GET", ["refunds"]:
                 return self._list(request, "refund")
+            case "GET", ["payment_intents", "search"]:
+                return self._search(request, "payment_intent")
             case "GET", ["payment_intents", intent_id]:
                 return Reply(200, self._retrieve(intent_id, "payment_intent"))
             case "GET", ["refunds", refund_id]:
@@ -189,6 +198,10 @@ class StripeFace:
             "invalid_request_error",
             f"Unrecognized request URL ({request.method}: {request.path}).",
         )
+
+    def _served(self, endpoint: str) -> None:
+        with self._lock:
+            self.requests[endpoint] += 1
 
     def _spend(self, knob: str) -> bool:
         with self._lock:
@@ -370,16 +383,16 @@ class StripeFace:
         return json.loads(row["body"])
 
     def _retrieve(self, object_id: str, kind: str) -> dict[str, Any]:
+        self._served(f"{kind}.retrieve")
         with self.store.reading() as db:
             return self._fetch(db, object_id, kind)
 
     def _list(self, request: Request, kind: str) -> Reply:
         """Newest first, `limit` (1-100, 10 unless said) at a time, after `starting_after`,
         within a creation range (`created`, `created[gt|gte|lt|lte]`, unix seconds)."""
+        self._served(f"{kind}.list")
         query = dict(request.query)
-        limit = query.pop("limit", "10")
-        if not limit.isdigit() or not 1 <= int(limit) <= 100:
-            raise invalid("limit must be an integer from 1 to 100.", "limit")
+        limit = objects.limit(query)
         clauses, args = ["object = ?"], [kind]
         after = query.pop("starting_after", None)
         if after is not None:
@@ -397,10 +410,50 @@ class StripeFace:
             rows = db.execute(
                 f"SELECT body FROM stripe_objects WHERE {' AND '.join(clauses)}"
                 " ORDER BY seq DESC LIMIT ?",
-                (*args, int(limit) + 1),
+                (*args, limit + 1),
             ).fetchall()
-        data = [json.loads(row["body"]) for row in rows[: int(limit)]]
-        return Reply(200, listing(f"/v1/{kind}s", data, len(rows) > int(limit)))
+        data = [json.loads(row["body"]) for row in rows[:limit]]
+        return Reply(200, listing(f"/v1/{kind}s", data, len(rows) > limit))
+
+    def _search(self, request: Request, kind: str) -> Reply:
+        """Stripe's search: the objects whose metadata match every clause of `query`, newest
+        first, `limit` (1-100, 10 unless said) at a time, from a `page` cursor; `total_count`
+        when `expand[]` asks for it. Objects created in the last `search_lag` seconds are not
+        found yet, as Stripe's index is behind its writes."""
+        self._served(f"{kind}.search")
+        if self._spend("search_rate_limit"):
+            return objects.too_many()
+        query = dict(request.query)
+        limit = objects.limit(query)
+        text, page = query.pop("query", None), query.pop("page", None)
+        if text is None:
+            raise invalid("Missing required param: query.", "query", "parameter_missing")
+        expand = {query.pop(name) for name in list(query) if re.fullmatch(r"expand\[\d*\]", name)}
+        if query:
+            raise invalid(f"Received unknown parameter: {min(query)}", min(query))
+        if expand - {"total_count"}:
+            raise invalid("This sandbox expands only total_count in search results.", "expand")
+        clauses = ["object = ?", "created <= ?"]
+        args: list[Any] = [kind, now() - self.settings["search_lag"]]
+        for key, value in objects.search_clauses(text):
+            clauses.append("json_extract(body, ?) = ?")
+            args += [f'$.metadata."{key}"', value]
+        matching = " AND ".join(clauses)
+        after = [objects.page_after(page)] if page is not None else []
+        with self.store.reading() as db:
+            rows = db.execute(
+                f"SELECT seq, body FROM stripe_objects WHERE {matching}"
+                f"{' AND seq < ?' if after else ''} ORDER BY seq DESC LIMIT ?",
+                (*args, *after, limit + 1),
+            ).fetchall()
+            counted = f"SELECT count(*) FROM stripe_objects WHERE {matching}"
+            total = db.execute(counted, args).fetchone()[0] if expand else None
+        more = objects.page_token(rows[limit - 1]["seq"]) if len(rows) > limit else None
+        data = [json.loads(row["body"]) for row in rows[:limit]]
+        result = objects.search_result(f"/v1/{kind}s/search", data, more)
+        if total is not None:
+            result["total_count"] = total
+        return Reply(200, result)
 
     def balance_activity(self, start: int, end: int) -> list[Any]:
         """What moved the balance in [start, end) seconds, oldest first: each succeeded
@@ -457,6 +510,9 @@ class StripeFace:
             case "GET", ["webhooks"]:
                 data = deliveries(self.store, StripeWebhookSender.table)
                 return Reply(200, listing("", data, False))
+            case "GET", ["requests"]:
+                with self._lock:
+                    return Reply(200, dict(self.requests))
             case "POST", ["settings"]:
                 return self._set(request.json())
         return None
@@ -480,6 +536,7 @@ class StripeFace:
             db.execute(f"DELETE FROM {StripeWebhookSender.table}")
         with self._lock:
             self.settings = dict(SETTINGS)
+            self.requests.clear()
 
 
 def now() -> float:

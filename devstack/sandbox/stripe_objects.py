@@ -1,7 +1,8 @@
 """The Stripe face's objects and parameters: PaymentIntents, Refunds and Events in the shapes
 of Stripe's API reference (the fields of its example objects, amounts in minor units,
-currencies in lower case), and the form-encoded parameters the SDKs send
-(`metadata[ledger_key]=…`, `payment_method_types[0]=card`).
+currencies in lower case), the form-encoded parameters the SDKs send
+(`metadata[ledger_key]=…`, `payment_method_types[0]=card`), and the part of Stripe's search
+query language the face answers (`search_clauses`).
 
 The face keeps its own tables in the payments sandbox's store, beside the sandbox's charges:
 
@@ -15,13 +16,15 @@ The face keeps its own tables in the payments sandbox's store, beside the sandbo
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import secrets
 import time
 from typing import Any
 from urllib.parse import parse_qsl
 
-from devstack.sandbox.service import HttpError, new_id
+from devstack.sandbox.service import HttpError, Reply, new_id
 from devstack.sandbox.webhooks import OUTBOX
 
 SCHEMA = """
@@ -126,11 +129,32 @@ def _lists(value: Any) -> Any:
     return {k: _lists(v) for k, v in value.items()}
 
 
+def too_many() -> Reply:
+    """Stripe's 429, with the Retry-After it sends."""
+    error = HttpError(
+        429,
+        "invalid_request_error",
+        "Too many requests hit the API too quickly. We recommend an exponential backoff"
+        " of your requests.",
+        code="rate_limit",
+    ).reply()
+    error.headers["Retry-After"] = "1"
+    return error
+
+
 def only(params: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(params) - allowed - {"expand"})
     if unknown:
         # As Stripe does: a misspelt parameter is an error, never silently dropped.
         raise invalid(f"Received unknown parameter: {unknown[0]}", unknown[0])
+
+
+def limit(query: dict[str, str]) -> int:
+    """A list's or a search's `limit`, taken out of its query: 1 to 100, 10 unless said."""
+    value = query.pop("limit", "10")
+    if not value.isdigit() or not 1 <= int(value) <= 100:
+        raise invalid("limit must be an integer from 1 to 100.", "limit")
+    return int(value)
 
 
 def amount(params: dict[str, Any], *, required: bool) -> int | None:
@@ -360,3 +384,62 @@ def event(kind: str, subject: dict[str, Any], request: tuple[str, str | None]) -
 
 def listing(url: str, data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
     return {"object": "list", "data": data, "has_more": has_more, "url": url}
+
+
+def search_result(url: str, data: list[dict[str, Any]], next_page: str | None) -> dict[str, Any]:
+    """A page of search results as Stripe's API reference shows one (`total_count` only when
+    the request expands it)."""
+    return {
+        "object": "search_result",
+        "data": data,
+        "has_more": next_page is not None,
+        "next_page": next_page,
+        "url": url,
+    }
+
+
+# --- Search queries (`GET /v1/…/search?query=…`) -----------------------------------------------
+
+# One exact match on a metadata key, metadata['key']:'value' (either quote, `\` escapes), after
+# an AND unless it is the first.
+_CLAUSE = re.compile(
+    r"""\s*(?P<joined>AND\s+)?metadata\[(?P<q>['"])(?P<key>[^'"\[\]\\]{1,40})(?P=q)\]"""
+    r"""\s*:\s*(?P<v>['"])(?P<value>(?:\\.|[^\\])*?)(?P=v)\s*"""
+)
+MAX_CLAUSES = 10  # Stripe's most in one query
+
+
+def search_clauses(query: str) -> list[tuple[str, str]]:
+    """`metadata['a']:'1' AND metadata['b']:"2"` → [("a", "1"), ("b", "2")]: exact matches on
+    metadata, joined by AND, is what the face's search understands; any other query is a 400
+    naming `query` (Stripe's language has more: other fields, OR, negation, ranges)."""
+    clauses: list[tuple[str, str]] = []
+    at = 0
+    while not clauses or at < len(query):
+        match = _CLAUSE.match(query, at)
+        if match is None or bool(match["joined"]) != bool(clauses) or len(clauses) == MAX_CLAUSES:
+            raise invalid(
+                "This sandbox searches by metadata['key']:'value' clauses joined by AND, at most"
+                f" {MAX_CLAUSES}; it cannot read the query at character {at}.",
+                "query",
+            )
+        clauses.append((match["key"], re.sub(r"\\(.)", r"\1", match["value"])))
+        at = match.end()
+    return clauses
+
+
+def page_token(seq: int) -> str:
+    """The `next_page` cursor after the object at `seq` (opaque to the client)."""
+    return base64.urlsafe_b64encode(f"after:{seq}".encode()).decode().rstrip("=")
+
+
+def page_after(token: str) -> int:
+    """The position a `page` cursor continues after, or Stripe's 400 for one it never gave."""
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        text = ""
+    match = re.fullmatch(r"after:(\d{1,18})", text)
+    if match is None:
+        raise invalid(f"Invalid page: {token:.40}; use the next_page of a search result.", "page")
+    return int(match.group(1))

@@ -6,16 +6,36 @@ and the effect's identity in the object's metadata: `metadata[ledger_key]` (the 
 key), `metadata[ledger_effect]` (the effect's id) and `metadata[ledger_target]` (its target,
 unless the PaymentIntent's `customer` is the target).
 
-How it is found again: the *list* endpoints (`GET /v1/payment_intents`, `GET /v1/refunds`)
-over a creation range from the effect's creation (less `clock_skew`, default 5 minutes) to now
-(plus the same), every page, then the records whose `metadata[ledger_key]` is ours. Stripe's
-lists are read-after-write consistent; its Search API is not (docs.stripe.com/search: "Don't
-use search for read-after-write flows … data is searchable in under 1 minute", up to an hour
-behind in an outage), so it is never used. A not-found is a complete listing (`listed`) and
-proves absence; one record is found (its amount and currency compared with the request's,
-`ledger.rules.matching.differences`), two are a duplicate; anything short of every page
-(an error, a 429, a timeout, a page of an unexpected shape, more pages than `max_pages`) is
+How it is found again: a PaymentIntent first through Stripe's Search API by its
+`metadata[ledger_key]` (`search`; the configuration's `search = false` turns it off). Stripe's
+search is eventually consistent, so it can find but never prove absence: one intent it names
+(read again by id) with our key, our effect's id if it carries one and a status the ledger
+knows is found, two or more are a duplicate, and anything else (nothing yet, an error, a 429)
+leaves the lookup to the listing, whose not-found cannot stand against an intent search
+showed under our key. Refunds, which Stripe cannot search, always go to the listing.
+
+The listing: the *list* endpoints (`GET /v1/payment_intents`, `GET /v1/refunds`), which are
+read-after-write consistent, over a creation range, every page, then the records whose
+`metadata[ledger_key]` is ours. A not-found is a complete listing (`listed`) and proves
+absence; one record is found (its amount and currency compared with the request's,
+`ledger.rules.matching.differences`), two are a duplicate; anything short of every page (an
+error, a 429, a timeout, a page of an unexpected shape, more pages than `max_pages`) is
 inconclusive.
+
+The range (`_span`) holds every moment the effect's request could have reached Stripe, less
+and plus `clock_skew` (default 5 minutes) for the two clocks: from the effect's creation (or
+from when a copy of it on a branch a restore lost could have been sent, if earlier,
+`ledger.rules.reach`) to the end of its last dispatch plus the tool's `settle_after`, or now if
+that is sooner. The last dispatch ends where the ledger's proof of absence says it does
+(`ledger.rules.lookup_absence.last_dispatch_end`): the lease's end while the effect is still
+`dispatching` (heartbeats move it, and a client starts no call it cannot finish inside it),
+else when it left `dispatching` (its report, or its lease's end; an `awaiting_confirmation`
+intent was created before then, only its status moves later), else the lost branch's reach.
+A request still on its way at that end lands within `settle_after` in the ledger's reckoning,
+which is also when a not-found can first prove anything. So a lookup taken hours after a crash
+reads what was created around the dispatch, not all that came since. A tail check (an effect
+already resolved, `reconcilers.tailcheck`) looks for a first request that landed after every
+bound: it lists up to now, and never trusts search.
 
 Keys: Stripe keeps an idempotency key's answer at least 24 hours, then may prune it
 (docs.stripe.com/idempotency), so the backing is `honours_key` with `key_ttl` 24h and loadtools
@@ -33,20 +53,28 @@ for lookups and window listings; refunds need write access.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, ClassVar
 
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from ledger.models import Effect
+from ledger.models.states import CHECKED
 from ledger.policy.iso4217 import EXPONENTS
+from ledger.policy.tools import policy_for
+from ledger.rules.lookup_absence import last_dispatch_end, settle_after
 from ledger.rules.matching import differences, is_refund
+from ledger.rules.reach import lost_dispatch
 from ledger.statements.formats import ReportFormat
 from reconcilers.providers.base import AdapterBase, Backing, secret_variable
 from reconcilers.providers.outcomes import (
+    DUPLICATE,
+    FOUND,
     Listing,
     ListingBroken,
     Lookup,
@@ -57,7 +85,7 @@ from reconcilers.providers.outcomes import (
     inconclusive,
     not_found,
 )
-from reconcilers.providers.stripe import calls, reporting
+from reconcilers.providers.stripe import calls, reporting, search
 from reconcilers.providers.stripe.callbacks import StripeCallbacks
 from reconcilers.providers.stripe.calls import Failure
 from reconcilers.providers.stripe.report import REPORT
@@ -83,6 +111,8 @@ class StripeAdapter(AdapterBase):
 
     @classmethod
     def backing(cls, config: dict[str, Any]) -> Backing:
+        # The same with `search` on or off: search only ever finds, a not-found still comes
+        # from the consistent listing alone, so nothing waits on the search index's lag.
         return Backing(
             honours_key=True,
             key_ttl=KEY_TTL,
@@ -113,6 +143,8 @@ class StripeAdapter(AdapterBase):
                 isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most
             ):
                 problems.append(f"{key} must be a whole number from {least} to {most}")
+        if not isinstance(config.get("search", True), bool):
+            problems.append("search must be true or false (whether lookups search first)")
         return problems
 
     # --- Calls -----------------------------------------------------------------------------
@@ -170,26 +202,47 @@ class StripeAdapter(AdapterBase):
         if isinstance(sdk, str):
             return inconclusive(sdk)
         kind = "refund" if is_refund(effect.request or {}) else "payment_intent"
-        skew = timedelta(seconds=int(self.config.get("clock_skew", 300)))
-        listed = self._every(sdk, kind, effect.created_at - skew, timezone.now() + skew)
+        named: list[dict[str, Any]] = []
+        if kind == "payment_intent" and self._searches(effect):
+            searched = _searched(sdk, effect)
+            if isinstance(searched, Lookup):
+                return searched
+            named = searched
+        span = self._span(effect)
+        if isinstance(span, str):
+            return inconclusive(span)
+        listed = self._every(sdk, kind, *span)
         if isinstance(listed, Failure):
             return inconclusive(listed.detail, retry_after=listed.retry_after)
         key = effect.idempotency_key
         ours = [item for item in listed if item["metadata"].get("ledger_key") == key]
-        if any(item["metadata"].get("ledger_effect", str(effect.id)) != str(effect.id)
-               for item in ours):  # fmt: skip
-            return inconclusive(f"a {kind} carries our key under another effect's id")
+        if not ours and named:
+            refs = ", ".join(item["id"] for item in named)
+            return inconclusive(f"search names {refs} under our key, outside the range listed")
         if not ours:
             return not_found(f"no {kind} with metadata[ledger_key] = our key", listed=True)
-        if len(ours) > 1:
-            refs = [item["id"] for item in ours]
-            return duplicate(refs, f"Stripe holds {len(ours)} {kind}s under one key")
-        item = ours[0]
-        status = calls.settles_as(item)
-        if not status:
-            return inconclusive(f"{kind} {item['id']} has the unknown status {item['status']!r}")
-        mismatches = differences(effect, calls.in_ledger_terms(item))
-        return replace(found(item["id"], status, mismatches, answer=item), listed=True)
+        return _judged(effect, kind, ours, listed=True)
+
+    def _searches(self, effect: Effect) -> bool:
+        """Whether the lookup searches first: unless the configuration says not to, and never
+        for a tail check (an effect resolved since: the check is for a second record, which
+        the index may not show yet)."""
+        return self.config.get("search", True) is not False and effect.status in CHECKED
+
+    def _span(self, effect: Effect) -> tuple[datetime, datetime] | str:
+        """The creation range the listing reads (the module docstring says why), or why it
+        could not be set."""
+        skew = timedelta(seconds=int(self.config.get("clock_skew", 300)))
+        now = timezone.now()
+        try:
+            lost, settle = _dispatch_facts(effect)
+        except DatabaseError as exc:
+            return f"the lookup's range could not be set: {type(exc).__name__}"
+        start = min(effect.created_at, lost[0]) if lost else effect.created_at
+        if effect.status not in CHECKED:
+            return start - skew, now + skew  # a tail check: up to now
+        end = min(now, last_dispatch_end(effect, now, lost) + settle)
+        return start - skew, end + skew
 
     # --- Windows (restore mode) -------------------------------------------------------------
 
@@ -232,6 +285,51 @@ class StripeAdapter(AdapterBase):
     def fetch_statement(self, period_start: datetime, period_end: datetime) -> tuple[str, bytes]:
         """Stripe's itemized balance change report of the period (`reporting`)."""
         return reporting.fetch_statement(self.config, self.mode, period_start, period_end)
+
+
+def _searched(sdk: Any, effect: Effect) -> Lookup | list[dict[str, Any]]:
+    """The lookup as Stripe's search settles it (found, or a duplicate); else what it named
+    under our key that settles nothing (another effect's id, a status the ledger does not
+    know; none when it named none or failed). The listing then decides (`search`), and a
+    not-found of the listing cannot stand against an intent search showed."""
+    ours = search.intents(sdk, effect.idempotency_key)
+    if isinstance(ours, Failure):
+        return []
+    answer = _judged(effect, "payment_intent", ours, listed=False)
+    if answer.outcome not in (FOUND, DUPLICATE):
+        return ours
+    said = [answer.detail, "named by Stripe's search, read again by id"]
+    return replace(answer, detail="; ".join(filter(None, said)))
+
+
+def _judged(effect: Effect, kind: str, ours: list[dict[str, Any]], *, listed: bool) -> Lookup:
+    """What one or more records carrying our key say: found, a duplicate, or inconclusive
+    (one carries another effect's id, or a status the ledger does not know)."""
+    if any(item["metadata"].get("ledger_effect", str(effect.id)) != str(effect.id)
+           for item in ours):  # fmt: skip
+        return inconclusive(f"a {kind} carries our key under another effect's id")
+    if len(ours) > 1:
+        refs = [item["id"] for item in ours]
+        return duplicate(refs, f"Stripe holds {len(ours)} {kind}s under one key")
+    item = ours[0]
+    status = calls.settles_as(item)
+    if not status:
+        return inconclusive(f"{kind} {item['id']} has the unknown status {item['status']!r}")
+    mismatches = differences(effect, calls.in_ledger_terms(item))
+    return replace(found(item["id"], status, mismatches, answer=item), listed=listed)
+
+
+def _dispatch_facts(effect: Effect) -> tuple[tuple[datetime, datetime] | None, timedelta]:
+    """What the ledger knows of the effect's dispatches beyond its row: when a copy of it on a
+    branch a restore lost could have been sent (`ledger.rules.reach`), and how long after a
+    dispatch its request may still land (the tool's `settle_after`). Lookups run in a pool of
+    threads: a connection this opens in one of them is closed again, not left to the thread."""
+    pooled = threading.current_thread() is not threading.main_thread()
+    try:
+        return lost_dispatch([effect.id]).get(effect.id), settle_after(policy_for(effect.tool))
+    finally:
+        if pooled and not connection.in_atomic_block:
+            connection.close()
 
 
 def _record(item: dict[str, Any]) -> Record:

@@ -147,11 +147,15 @@ def _seconds(header: str | None) -> float:
     return value if 0 < value <= 3600 else 1.0
 
 
+def body_of(answer: Any) -> Any:
+    """The JSON Stripe answered, as it came (the SDK's objects are built from it)."""
+    return getattr(getattr(answer, "last_response", None), "data", None)
+
+
 def page_of(answer: Any, kind: str) -> tuple[list[dict[str, Any]], bool] | Failure:
     """A list page's records and `has_more`, checked as the ledger reads them: a list object
     whose every record is a `kind` with an id, a creation time, an amount and a currency."""
-    response = getattr(answer, "last_response", None)
-    body = getattr(response, "data", None)
+    body = body_of(answer)
     if not isinstance(body, dict) or body.get("object") != "list":
         return Failure("Stripe's answer is not a list object")
     data, more = body.get("data"), body.get("has_more")
