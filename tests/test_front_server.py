@@ -311,3 +311,30 @@ def test_while_gunicorn_is_down_agents_get_503_unavailable_with_retry_after(serv
         assert answer.startswith(b"HTTP/1.1 503"), answer[:300]
         assert b"\r\nRetry-After: 1\r\n" in answer
         assert _json_body(answer)["error"] == "unavailable"
+
+
+@pytest.mark.parametrize(
+    ("request_line", "headers", "status", "code"),
+    [
+        (b"TRACE /api/v1/health HTTP/1.1", b"", 405, "method_not_allowed"),
+        (b"POST /api/v1/effects HTTP/1.1", b"Transfer-Encoding: gzip\r\n", 501, "not_implemented"),
+        (b"GET /api/v1/health HTTP/2.0", b"", 505, "http_version_not_supported"),
+    ],
+    ids=["trace", "transfer-encoding", "http-version"],
+)
+def test_nginxs_own_refusals_answer_in_the_api_error_shape(
+    web, request_line, headers, status, code
+):
+    request = request_line + b"\r\nHost: 127.0.0.1\r\n" + headers + b"Content-Length: 0\r\n\r\n"
+    answer = _raw(web.port, request)
+    head = answer.partition(b"\r\n\r\n")[0]
+    assert head.split(b" ")[1] == str(status).encode(), answer[:300]
+    assert b"application/json" in head, answer[:300]
+    assert _json_body(answer)["error"] == code
+    assert web.healthy()
+
+
+def test_the_applications_own_405_passes_through_with_its_allow(web):
+    answer = httpx.request("DELETE", f"{web.url}/api/v1/health", timeout=5, trust_env=False)
+    assert answer.status_code == 405 and answer.json()["error"] == "method_not_allowed"
+    assert "GET" in answer.headers["allow"] and "DELETE" not in answer.headers["allow"]
