@@ -68,7 +68,8 @@ class AsyncTransport:
         return self._behind
 
     async def aclose(self) -> None:
-        await self._drained()
+        if self._behind is not None:
+            await asyncio.to_thread(self._behind.close)
         if self._behind_transport is not None:
             self._behind_transport.close()
         await self.http.aclose()

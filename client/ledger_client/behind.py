@@ -52,18 +52,25 @@ class Failed:
 
 
 class Reporter:
-    """Sends handed-over outcome calls in order, on a daemon thread of its own, through `send`
-    (a transport's sending loop, with its retries)."""
+    """Sends handed-over outcome calls in order, on a daemon thread of its own (started with
+    the first, ended by `close`), through `send` (a transport's sending loop, with its
+    retries)."""
 
     def __init__(self, send: Callable[[Call], dict[str, Any]]) -> None:
         self._send = send
+        self.failed: list[Failed] = []
+        self._reset()
+        _REPORTERS.add(self)
+
+    def _reset(self) -> None:
+        """Empty, with no thread: at the start, and in a forked child, where the parent's
+        thread and queue are not ours and its lock may have been held (the parent sends what
+        it handed over)."""
         self._queue: deque[_Item] = deque()
         self._cond = threading.Condition()
         self._busy = 0  # handed over and not yet answered (queued + the one in flight)
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
-        self.failed: list[Failed] = []
-        _REPORTERS.add(self)
+        self._closing = False
 
     @property
     def pending(self) -> int:
@@ -72,10 +79,10 @@ class Reporter:
     def submit(self, effect_id: str, call: Call, settled: Callable[[dict[str, Any]], None]) -> None:
         """Send `call` soon; `settled(answer)` runs on the reporter's thread once it is in."""
         with self._cond:
-            self._forked()
             self._queue.append((effect_id, call, settled, contextvars.copy_context()))
             self._busy += 1
             if self._thread is None:
+                self._closing = False
                 self._thread = threading.Thread(
                     target=self._run, name="ledger-outcomes", daemon=True
                 )
@@ -88,20 +95,23 @@ class Reporter:
         if self._busy == 0 or threading.current_thread() is self._thread:
             return True
         with self._cond:
-            self._forked()
             return self._cond.wait_for(lambda: self._busy == 0, timeout)
 
-    def _forked(self) -> None:
-        """In a forked child the parent's thread and queue are not ours: start empty (the
-        parent sends what it handed over)."""
-        if self._pid != os.getpid():
-            self._pid, self._thread, self._busy = os.getpid(), None, 0
-            self._queue.clear()
+    def close(self) -> None:
+        """Send what is handed over, then end the thread (the next `submit` starts another)."""
+        self.drain()
+        with self._cond:
+            thread, self._thread, self._closing = self._thread, None, True
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue))
+                self._cond.wait_for(lambda: bool(self._queue) or self._closing)
+                if not self._queue:
+                    return
                 effect_id, call, settled, context = self._queue.popleft()
             try:
                 # In the caller's context: its trace goes with the request.
@@ -136,3 +146,11 @@ def flush(timeout: float | None = None) -> bool:
 def _at_exit() -> None:
     if not flush(EXIT_WAIT):
         log.warning("exiting with confirmations not yet recorded; the ledger's recovery will ask")
+
+
+def _in_forked_child() -> None:
+    for reporter in list(_REPORTERS):
+        reporter._reset()
+
+
+os.register_at_fork(after_in_child=_in_forked_child)

@@ -61,7 +61,7 @@ class Transport:
 
     def close(self) -> None:
         if self._behind is not None:
-            self._behind.drain()
+            self._behind.close()
         self.http.close()
 
     def send(self, call: Call) -> dict[str, Any]:

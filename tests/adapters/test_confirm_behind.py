@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import threading
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from ledger_client import AsyncLedger, Ledger, bind_position, bind_step, current_effect, guarded
 from ledger_client.behind import Reporter
 from ledger_client.holders import process_owner
+from ledger_client.protocol import Call
 
 from ledger.models import Effect
 from ledger.models.states import Status
@@ -164,3 +166,31 @@ def test_a_process_killed_before_its_confirmation_arrives_leaves_one_charge_to_r
     effect = Effect.objects.get(run_id="run-killed")
     assert (effect.status, effect.provider_ref) == (Status.CONFIRMED, charge_id)
     assert [c["id"] for c in stage.charges()] == [charge_id]
+
+
+def test_closing_the_client_sends_what_it_holds_and_ends_its_thread(stage):
+    ledger = Ledger(stage.url, stage.key, owner="behind-close", retries=1)
+    release = hold(ledger.transport.behind)
+    with bind_step("run-close", "call-1"):
+        _pay(stage, ledger, [])("acct_c")
+    thread = ledger.transport.behind._thread
+    assert thread is not None and thread.is_alive()
+    threading.Timer(0.3, release.set).start()
+    ledger.close()
+    assert not thread.is_alive() and ledger.transport.behind.pending == 0
+    assert _status("run-close") == Status.CONFIRMED
+
+
+def test_a_forked_child_holds_nothing_of_its_parents_confirmations():
+    release = threading.Event()
+    reporter = Reporter(lambda call: (release.wait(10), {})[1])
+    reporter.submit("effect-1", Call("POST", "/x"), lambda answer: None)
+    assert reporter.pending == 1
+    child = os.fork()
+    if child == 0:  # the child: nothing to wait for, its parent sends it
+        os._exit(0 if reporter.pending == 0 and reporter.drain(1) else 1)
+    _, status = os.waitpid(child, 0)
+    release.set()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert reporter.drain(10) and reporter.failed == []
+    reporter.close()
