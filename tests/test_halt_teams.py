@@ -161,3 +161,4 @@ def test_the_page_and_the_decision_show_the_halts_teams(teams, olga, oscar, alic
     assert olgas.post(f"/halts/{made.pk}/resume", resume).status_code == 302
     resumed = Effect.objects.get(kind=Kind.DECISION, provenance__action="resume")
     assert resumed.provenance["team_names"] == ["Alpha"]
+    assert resumed.provenance["channel"] == "page"

@@ -55,6 +55,7 @@ def test_an_operator_resumes_a_halt_from_slack_as_from_the_halts_page(slack, hal
     assert (resumed.resumed_by, resumed.resumed_at is not None) == ("olga", True)
     decision = Effect.objects.filter(kind="decision", provenance__action="resume").get()
     assert decision.provenance["actor"] == "olga"
+    assert decision.provenance["channel"] == "slack" and decision.request["channel"] == "slack"
     assert "olga resumed it from Slack" in texts(slack.message())
 
 

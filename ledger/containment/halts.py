@@ -156,9 +156,10 @@ def active(scope: str, value: str) -> Halt:
     return found
 
 
-def resume(halt_id: int, *, reason: str, by: str) -> Switched:
+def resume(halt_id: int, *, reason: str, by: str, channel: str = "") -> Switched:
     """Resume a halt. Resuming one already resumed records nothing (`changed` False); two
-    operators resuming at once: exactly one records the decision."""
+    operators resuming at once: exactly one records the decision. `channel`: where the person
+    decided it ("page", "slack"), recorded with the decision when given."""
     reason = _reason(reason)
     with transaction.atomic():
         resumed = Halt.objects.filter(pk=halt_id, resumed_at__isnull=True).update(
@@ -170,6 +171,8 @@ def resume(halt_id: int, *, reason: str, by: str) -> Switched:
         if not resumed:
             return Switched(found, False)
         details = {"halt": found.pk, "teams": found.teams, "team_names": team_names(found.teams)}
+        if channel:
+            details["channel"] = channel
         record_standalone_decision(
             system_agent(),
             target=_target(found),

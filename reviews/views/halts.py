@@ -128,7 +128,10 @@ def resume(request: HttpRequest, halt_id: int) -> HttpResponse:
         _may_switch(request, target)
     try:
         switched = halting.resume(
-            halt_id, reason=form.cleaned_data["reason"], by=request.user.get_username()
+            halt_id,
+            reason=form.cleaned_data["reason"],
+            by=request.user.get_username(),
+            channel="page",
         )
     except LedgerError as exc:
         messages.error(request, exc.detail)

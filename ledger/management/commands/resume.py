@@ -18,7 +18,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, reason: str, **options: Any) -> None:
         scope, value = subject_of(options)
         try:
-            switched = resume(active(scope, value).pk, reason=reason, by=shell_user())
+            switched = resume(
+                active(scope, value).pk, reason=reason, by=shell_user(), channel="command"
+            )
         except LedgerError as exc:
             raise CommandError(f"{exc.detail} {exc.extra.get('fields', '')}".strip()) from None
         halt = switched.halt

@@ -159,7 +159,9 @@ def submitted(payload: dict[str, Any]) -> HttpResponse:
     if not values.get("confirm"):
         return JsonResponse({"response_action": "errors", "errors": {"confirm": "Tick it."}})
     try:
-        switched = halting.resume(halt.pk, reason=values.get("reason", ""), by=user.get_username())
+        switched = halting.resume(
+            halt.pk, reason=values.get("reason", ""), by=user.get_username(), channel="slack"
+        )
     except LedgerError as exc:
         return _errors(exc.detail)
     said = (
