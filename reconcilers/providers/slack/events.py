@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, ClassVar
+from typing import Any
 
 from reconcilers.providers.callbacks import CallbackRefused, CallbackRequest, Settlement
 from reconcilers.providers.slack import history, signing
@@ -28,7 +28,7 @@ _POSTED = (None, "bot_message")
 
 
 class SlackEvents:
-    name: ClassVar[str] = "slack"
+    name = "slack"
 
     def verify(self, request: CallbackRequest) -> str:
         try:
