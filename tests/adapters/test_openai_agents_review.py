@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import ledger_client
-import ledger_client.config
 import pytest
 from agents import Runner, ToolApprovalItem
 from ledger_client.adapters.openai_agents import approval_of, ledger_run
 
 from ledger.models import Reason
 from ledger.rules.reviewqueue import open_review
+from tests.adapters import test_openai_agents
 from tests.adapters.agents.openai_agents_shop import (
     NO_TRACING,
     Call,
@@ -28,16 +27,10 @@ from tests.adapters.agents.openai_agents_shop import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+# This process as an agent of the stage, as in the SDK adapter's main tests.
+on_stage = test_openai_agents.on_stage
+
 PAY = Call("charge_card", {"amount": "25.00", "currency": "EUR", "account": "acct_1"}, "call_pay")
-
-
-@pytest.fixture
-def on_stage(stage, monkeypatch):
-    monkeypatch.setattr(ledger_client.config, "_default", None)
-    ledger_client.configure(stage.url, stage.key, owner="openai-agents-review", retries=1)
-    monkeypatch.setenv("SANDBOX_PAYMENTS_URL", stage.payments.url)
-    monkeypatch.setenv("SANDBOX_MESSAGING_URL", stage.messaging.url)
-    return stage
 
 
 def _run(agent: Any, first: Any) -> Any:

@@ -16,23 +16,16 @@ import signal
 import sys
 import threading
 
-import httpx
-from ledger_client import bind_position, current_effect, guarded
+from ledger_client import bind_position, guarded
 from ledger_client.config import default_config
+
+from tests.adapters.agents import crash_points
 
 
 @guarded(tool="charge_card", target="{account}")
 def pay(account: str, amount: str, currency: str = "EUR") -> dict:
     """Charge an account."""
-    response = httpx.post(
-        f"{os.environ['SANDBOX_PAYMENTS_URL']}/charges",
-        json={"amount": amount, "currency": currency, "account": account},
-        headers={"Idempotency-Key": current_effect().idempotency_key},
-        timeout=5,
-        trust_env=False,
-    )
-    response.raise_for_status()
-    return response.json()
+    return crash_points.charge(amount, currency, account, kill_p=0.0)
 
 
 if __name__ == "__main__":
